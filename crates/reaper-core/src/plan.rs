@@ -1,0 +1,351 @@
+//! The planner: `plan(view, candidates, now, policy, state) -> Plan`.
+//!
+//! Pure and deterministic: the same inputs give the same plan, including the
+//! next brake and rate-limit state, which the caller stores only if it acts.
+
+use crate::brake::{self, BrakeState};
+use crate::candidate::Candidate;
+use crate::host;
+use crate::line::DsLine;
+use crate::policy::{Action, FollowUp, Policy, RuleFacts, UnseenAbsence};
+use crate::rate::TokenBucket;
+use crate::reason::{Evidence, Reason};
+use crate::view::{NodeKind, RegistryView};
+use crate::{delta, Instant};
+use serde::{Deserialize, Serialize};
+
+/// What the plan remembers between sweeps, plus holds set by the daemon.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SafetyState {
+    pub brake: BrakeState,
+    /// None until the first plan: the bucket then starts full.
+    pub bucket: Option<TokenBucket>,
+    /// When set, nothing is written and this says why (not the leader, the
+    /// detected DS line disagrees with itself, ...).
+    pub hold: Option<String>,
+}
+
+/// Why an action the policy asked for is not taken in this sweep.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "blocked", content = "why")]
+pub enum Blocked {
+    /// Inside `startup_settle` after the view became valid.
+    Settling,
+    /// A hold set by the daemon (see [`SafetyState::hold`]).
+    Hold(String),
+    Brake(String),
+    /// `max_actions_per_sweep` reached.
+    SweepCap,
+    /// The per-minute token bucket is empty.
+    RateLimit,
+    /// The action's state code does not exist on the line (never written).
+    Unwritable,
+}
+
+impl Blocked {
+    pub fn describe(&self) -> String {
+        match self {
+            Blocked::Settling => "registry view is settling (startup_settle)".into(),
+            Blocked::Hold(w) => format!("held: {w}"),
+            Blocked::Brake(w) => format!("brake engaged: {w}"),
+            Blocked::SweepCap => "max_actions_per_sweep reached".into(),
+            Blocked::RateLimit => "rate limit (rate.per_minute) reached".into(),
+            Blocked::Unwritable => "the action's state code does not exist on this DS line".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Disposition {
+    /// Write now.
+    Act,
+    /// Policy says `report`: nothing to write.
+    Report,
+    /// Policy wants a write but a safety rule holds it back.
+    Blocked(Blocked),
+}
+
+/// A candidate found to be a zombie, with everything `check` and the API show.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Zombie {
+    pub task: Candidate,
+    /// Canonical name of the row's state on the line.
+    pub state_name: String,
+    pub reason: Reason,
+    pub evidence: Evidence,
+    /// The workflow's owning master (its `host`), None when `NULL`/empty.
+    pub owner_master: Option<String>,
+    pub owner_master_alive: bool,
+    pub action: Action,
+    pub workflow: FollowUp,
+    /// Why the action or follow-up was downgraded, if it was.
+    pub note: Option<String>,
+    pub disposition: Disposition,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub at: Instant,
+    /// Set when the view is invalid: no zombie is judged at all.
+    pub view_invalid: Option<String>,
+    pub candidates: usize,
+    pub zombies: Vec<Zombie>,
+    /// The brake condition seen in this sweep (None = clear).
+    pub brake_condition: Option<String>,
+    /// The state to keep for the next sweep.
+    pub next: SafetyState,
+}
+
+impl Plan {
+    /// Zombies to write now, in candidate order.
+    pub fn actions(&self) -> impl Iterator<Item = &Zombie> {
+        self.zombies
+            .iter()
+            .filter(|z| z.disposition == Disposition::Act)
+    }
+
+    pub fn action_count(&self) -> usize {
+        self.actions().count()
+    }
+}
+
+/// Reconciles the registry view with the candidates.
+pub fn plan(
+    view: &RegistryView,
+    candidates: &[Candidate],
+    now: Instant,
+    policy: &Policy,
+    state: &SafetyState,
+) -> Plan {
+    let bucket = state
+        .bucket
+        .map(|b| b.refilled(policy.rate_per_minute, now))
+        .unwrap_or_else(|| TokenBucket::full(policy.rate_per_minute, now));
+
+    let Some(valid_since) = view.valid_since() else {
+        let reason = match &view.state {
+            crate::ViewState::Invalid { reason, .. } => reason.clone(),
+            crate::ViewState::Valid { .. } => unreachable!("valid_since is None"),
+        };
+        // Safety rule 1: with no valid view nothing is judged, and the brake
+        // keeps whatever it was (it cannot be evaluated either).
+        return Plan {
+            at: now,
+            view_invalid: Some(reason),
+            candidates: candidates.len(),
+            zombies: Vec::new(),
+            brake_condition: None,
+            next: SafetyState {
+                brake: state.brake.clone(),
+                bucket: Some(bucket),
+                hold: state.hold.clone(),
+            },
+        };
+    };
+
+    let mut zombies: Vec<Zombie> = candidates
+        .iter()
+        .filter_map(|c| judge(view, valid_since, c, now, policy))
+        .collect();
+
+    let acting = zombies
+        .iter()
+        .filter(|z| z.disposition != Disposition::Report)
+        .count();
+    let condition = brake::condition(view, now, &policy.brake, acting, candidates.len());
+    let brake = state.brake.update(condition.clone(), now, &policy.brake);
+
+    let global: Option<Blocked> = if let Some(h) = &state.hold {
+        Some(Blocked::Hold(h.clone()))
+    } else if brake.engaged() {
+        Some(Blocked::Brake(
+            brake.why.clone().unwrap_or_else(|| "engaged".into()),
+        ))
+    } else if now - valid_since < delta(policy.startup_settle) {
+        Some(Blocked::Settling)
+    } else {
+        None
+    };
+
+    let mut bucket = bucket;
+    let mut taken = 0usize;
+    for z in zombies.iter_mut() {
+        if z.disposition != Disposition::Act {
+            continue;
+        }
+        z.disposition = if let Some(g) = &global {
+            Disposition::Blocked(g.clone())
+        } else if taken >= policy.max_actions_per_sweep {
+            Disposition::Blocked(Blocked::SweepCap)
+        } else if !bucket.try_take() {
+            Disposition::Blocked(Blocked::RateLimit)
+        } else {
+            taken += 1;
+            Disposition::Act
+        };
+    }
+
+    Plan {
+        at: now,
+        view_invalid: None,
+        candidates: candidates.len(),
+        zombies,
+        brake_condition: condition,
+        next: SafetyState {
+            brake,
+            bucket: Some(bucket),
+            hold: state.hold.clone(),
+        },
+    }
+}
+
+/// How long a host has been absent, by the daemon's clock.
+fn absence(
+    view: &RegistryView,
+    kind: NodeKind,
+    raw_host: &str,
+    valid_since: Instant,
+    now: Instant,
+    policy: &Policy,
+) -> (Option<Instant>, Option<chrono::TimeDelta>) {
+    match view.lost_at(kind, raw_host) {
+        Some(at) => (Some(at), Some(now - at)),
+        None => match policy.unseen_absence {
+            UnseenAbsence::SinceViewValid => (None, Some(now - valid_since)),
+            UnseenAbsence::Unknown => (None, None),
+        },
+    }
+}
+
+/// Decides whether one candidate is a zombie, and if so what to do with it.
+fn judge(
+    view: &RegistryView,
+    valid_since: Instant,
+    c: &Candidate,
+    now: Instant,
+    policy: &Policy,
+) -> Option<Zombie> {
+    // Safety rule 8: finished rows are never ours, whatever the query returned.
+    if DsLine::is_finished_task_state(c.state) {
+        return None;
+    }
+    let grace = delta(policy.grace_period);
+    let task_time = c.submit_time.or(c.start_time);
+    let mut evidence = Evidence {
+        task_time,
+        ..Evidence::default()
+    };
+
+    let reason = if host::is_empty(c.host.as_deref()) {
+        let t = task_time?;
+        if now - t < delta(policy.no_host_after) {
+            return None;
+        }
+        Reason::NoHost
+    } else {
+        let raw = c.host.as_deref().unwrap_or_default();
+        if DsLine::is_logic_task(&c.task_type) {
+            // Logic tasks run in the master: never judged against workers.
+            if view.live(NodeKind::Master, raw).is_some() {
+                return None;
+            }
+            let (lost_at, absent) = absence(view, NodeKind::Master, raw, valid_since, now, policy);
+            if absent.is_some_and(|a| a < grace) {
+                return None;
+            }
+            evidence.lost_at = lost_at;
+            evidence.absent_for_seconds = absent.map(|a| a.num_seconds());
+            Reason::MasterLost
+        } else if let Some(node) = view.live(NodeKind::Worker, raw) {
+            evidence.startup_time = node.startup_time;
+            evidence.report_time = node.report_time;
+            let restarted = match (node.startup_time, task_time) {
+                (Some(st), Some(tt)) => st > tt + delta(policy.clock_skew_tolerance),
+                _ => false,
+            };
+            if restarted {
+                Reason::WorkerRestarted
+            } else if node
+                .report_time
+                .is_some_and(|rt| rt < now - delta(policy.heartbeat_stale_after))
+            {
+                Reason::HeartbeatStale
+            } else {
+                return None;
+            }
+        } else if view.live(NodeKind::Master, raw).is_some() {
+            // A worker-type task whose host is a live master is not ours to
+            // judge (reference §7: exclude registered masters).
+            return None;
+        } else {
+            let (lost_at, absent) = absence(view, NodeKind::Worker, raw, valid_since, now, policy);
+            if absent.is_some_and(|a| a < grace) {
+                return None;
+            }
+            evidence.lost_at = lost_at;
+            evidence.absent_for_seconds = absent.map(|a| a.num_seconds());
+            Reason::WorkerLost
+        }
+    };
+
+    let owner_master = c
+        .workflow_host
+        .as_deref()
+        .filter(|h| !host::is_empty(Some(h)))
+        .map(|h| host::normalize(h).into_owned());
+    let owner_master_alive = owner_master
+        .as_deref()
+        .is_some_and(|h| view.masters.contains_key(h));
+
+    let facts = RuleFacts {
+        reason,
+        worker_group: c.worker_group.as_deref(),
+        task_type: &c.task_type,
+        project_code: c.project_code,
+        owner_master_alive,
+    };
+    let (action, mut workflow) = policy.decide(&facts);
+    let mut note = None;
+
+    let disposition = match action.target_state() {
+        None => {
+            workflow = FollowUp::None;
+            Disposition::Report
+        }
+        Some(code) if !policy.line.can_write(code) => Disposition::Blocked(Blocked::Unwritable),
+        Some(_) => Disposition::Act,
+    };
+
+    if workflow != FollowUp::None && c.workflow_instance_id.is_none() {
+        note = Some("the task row has no workflow instance id; no workflow follow-up".into());
+        workflow = FollowUp::None;
+    }
+    if workflow == FollowUp::Recover && policy.line >= DsLine::V2_0 && owner_master_alive {
+        note = Some(format!(
+            "owning master {} is alive and holds the workflow in memory; recover skipped",
+            owner_master.as_deref().unwrap_or_default()
+        ));
+        workflow = FollowUp::None;
+    }
+
+    Some(Zombie {
+        state_name: policy
+            .line
+            .state_name(c.state)
+            .unwrap_or("UNKNOWN")
+            .to_string(),
+        task: c.clone(),
+        reason,
+        evidence,
+        owner_master,
+        owner_master_alive,
+        action,
+        workflow,
+        note,
+        disposition,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,1 @@
+//! End-to-end tests of ds-reaper against real services.
