@@ -1,0 +1,1 @@
+//! DS schemas and rows in a real database.

@@ -1,0 +1,1 @@
+//! Simulated DS servers in ZooKeeper.
