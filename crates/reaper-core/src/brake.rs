@@ -156,7 +156,9 @@ mod tests {
         assert!(condition(&view(&["a"], &[("b", 100)]), t(200), &cfg, 0, 0).is_none());
         // 2 of 4 lost
         let v = view(&["a", "b"], &[("c", 100), ("d", 150)]);
-        assert!(condition(&v, t(200), &cfg, 0, 0).unwrap().contains("2 of 4"));
+        assert!(condition(&v, t(200), &cfg, 0, 0)
+            .unwrap()
+            .contains("2 of 4"));
         // losses older than the window do not count
         assert!(condition(&v, t(100 + 301), &cfg, 0, 0).is_none());
     }

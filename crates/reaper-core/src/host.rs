@@ -49,7 +49,10 @@ mod tests {
             from_node_path("/dolphinscheduler/nodes/worker/default/10.0.0.5:1234"),
             "10.0.0.5:1234"
         );
-        assert_eq!(from_node_path("/dolphinscheduler/workers/10.0.0.5"), "10.0.0.5");
+        assert_eq!(
+            from_node_path("/dolphinscheduler/workers/10.0.0.5"),
+            "10.0.0.5"
+        );
         assert_eq!(from_node_path("Host-A"), "host-a");
     }
 

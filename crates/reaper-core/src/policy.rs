@@ -358,7 +358,10 @@ mod tests {
 
     #[test]
     fn parse_names() {
-        assert_eq!("fault-tolerance".parse::<Action>().unwrap(), Action::FaultTolerance);
+        assert_eq!(
+            "fault-tolerance".parse::<Action>().unwrap(),
+            Action::FaultTolerance
+        );
         assert!("fault_tolerance".parse::<Action>().is_err());
         assert_eq!("recover".parse::<FollowUp>().unwrap(), FollowUp::Recover);
         assert_eq!("lost".parse::<OwnerMaster>().unwrap(), OwnerMaster::Lost);

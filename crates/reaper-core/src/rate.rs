@@ -25,7 +25,11 @@ impl TokenBucket {
         let elapsed = (now - self.updated).num_milliseconds().max(0) as f64 / 1000.0;
         TokenBucket {
             tokens: (self.tokens + elapsed * cap / 60.0).min(cap),
-            updated: if now > self.updated { now } else { self.updated },
+            updated: if now > self.updated {
+                now
+            } else {
+                self.updated
+            },
         }
     }
 
@@ -46,7 +50,9 @@ mod tests {
     use chrono::TimeZone;
 
     fn t(ms: i64) -> Instant {
-        chrono::Utc.timestamp_millis_opt(1_700_000_000_000 + ms).unwrap()
+        chrono::Utc
+            .timestamp_millis_opt(1_700_000_000_000 + ms)
+            .unwrap()
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use crate::host;
 use crate::Instant;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -58,14 +58,14 @@ pub enum ViewState {
 pub struct RegistryView {
     pub state: ViewState,
     /// Live workers by normalised host.
-    pub workers: BTreeMap<String, NodeInfo>,
+    pub workers: HashMap<String, NodeInfo>,
     /// Live masters by normalised host.
-    pub masters: BTreeMap<String, NodeInfo>,
+    pub masters: HashMap<String, NodeInfo>,
     /// Workers seen live and then gone, by host: when the daemon saw them go.
     /// An entry is removed when the host comes back.
-    pub lost_workers: BTreeMap<String, Instant>,
+    pub lost_workers: HashMap<String, Instant>,
     /// Masters seen live and then gone.
-    pub lost_masters: BTreeMap<String, Instant>,
+    pub lost_masters: HashMap<String, Instant>,
 }
 
 impl RegistryView {
@@ -75,10 +75,10 @@ impl RegistryView {
                 since,
                 reason: reason.into(),
             },
-            workers: BTreeMap::new(),
-            masters: BTreeMap::new(),
-            lost_workers: BTreeMap::new(),
-            lost_masters: BTreeMap::new(),
+            workers: HashMap::new(),
+            masters: HashMap::new(),
+            lost_workers: HashMap::new(),
+            lost_masters: HashMap::new(),
         }
     }
 
@@ -93,7 +93,7 @@ impl RegistryView {
         self.valid_since().is_some()
     }
 
-    fn maps(&self, kind: NodeKind) -> (&BTreeMap<String, NodeInfo>, &BTreeMap<String, Instant>) {
+    fn maps(&self, kind: NodeKind) -> (&HashMap<String, NodeInfo>, &HashMap<String, Instant>) {
         match kind {
             NodeKind::Worker => (&self.workers, &self.lost_workers),
             NodeKind::Master => (&self.masters, &self.lost_masters),
