@@ -191,13 +191,25 @@ fn logic_tasks_are_judged_against_masters_only() {
     let mut c = task(1, Some("m1:5678"), -500);
     c.task_type = "DEPENDENT".into();
     // live master: untouched, although m1 is no worker
-    assert!(plan(&v, &[c.clone()], t(1000), &p, &SafetyState::default())
-        .zombies
-        .is_empty());
+    assert!(plan(
+        &v,
+        std::slice::from_ref(&c),
+        t(1000),
+        &p,
+        &SafetyState::default()
+    )
+    .zombies
+    .is_empty());
     v.remove(NodeKind::Master, "m1:5678", t(500));
-    assert!(plan(&v, &[c.clone()], t(559), &p, &SafetyState::default())
-        .zombies
-        .is_empty());
+    assert!(plan(
+        &v,
+        std::slice::from_ref(&c),
+        t(559),
+        &p,
+        &SafetyState::default()
+    )
+    .zombies
+    .is_empty());
     let pl = plan(&v, &[c], t(560), &p, &SafetyState::default());
     let z = only(&pl);
     assert_eq!(z.reason, Reason::MasterLost);
