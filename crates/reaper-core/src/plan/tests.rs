@@ -236,11 +236,24 @@ fn no_host_after_threshold_from_submit_or_start() {
     let v = view(LIVE, &[]);
     let p = acting(DsLine::V3_2);
     let c = task(1, None, 0);
-    assert!(plan(&v, &[c.clone()], t(599), &p, &SafetyState::default())
-        .zombies
-        .is_empty());
+    assert!(plan(
+        &v,
+        std::slice::from_ref(&c),
+        t(599),
+        &p,
+        &SafetyState::default()
+    )
+    .zombies
+    .is_empty());
     assert_eq!(
-        only(&plan(&v, &[c.clone()], t(600), &p, &SafetyState::default())).reason,
+        only(&plan(
+            &v,
+            std::slice::from_ref(&c),
+            t(600),
+            &p,
+            &SafetyState::default()
+        ))
+        .reason,
         Reason::NoHost
     );
     let mut c2 = task(2, Some("  "), 0);
