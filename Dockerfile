@@ -16,7 +16,7 @@ COPY . .
 RUN set -eu; \
     mkdir -p /skeleton; \
     cp Cargo.toml Cargo.lock /skeleton/; \
-    find . -name Cargo.toml -not -path './target/*' -exec cp --parents {} /skeleton/ \; ; \
+    find . -name Cargo.toml -not -path './target/*' -not -path './.git/*' -exec cp --parents {} /skeleton/ \; ; \
     cargo metadata --no-deps --format-version 1 --offline \
       | grep -o '"src_path":"[^"]*"' | cut -d'"' -f4 \
       | while read -r path; do \

@@ -173,7 +173,7 @@ if command -v cargo >/dev/null; then
   SK="$TMP/skeleton"
   mkdir -p "$SK"
   cp Cargo.toml Cargo.lock "$SK/"
-  find . -name Cargo.toml -not -path './target/*' -exec cp --parents {} "$SK/" \;
+  find . -name Cargo.toml -not -path './target/*' -not -path './.git/*' -exec cp --parents {} "$SK/" \;
   if meta=$(cargo metadata --no-deps --format-version 1 --offline 2>"$TMP/meta.err"); then
     echo "$meta" | grep -o '"src_path":"[^"]*"' | cut -d'"' -f4 | while read -r path; do
       stub="$SK/${path#"$ROOT"/}"
@@ -181,7 +181,11 @@ if command -v cargo >/dev/null; then
       echo 'fn main() {}' >"$stub"
     done
     host=$(rustc -vV | sed -n 's/^host: //p')
-    if out=$(cd "$SK" && cargo fetch --offline --locked --target "$host" 2>&1); then
+    # Offline first; crates not downloaded yet (a fresh machine, a new
+    # dependency) are fetched as `cargo build` would fetch them.
+    if out=$(cd "$SK" && cargo fetch --offline --locked --target "$host" 2>&1) \
+       || { echo "$out" | grep -q -- '--offline was specified' \
+            && out=$(cd "$SK" && cargo fetch --locked --target "$host" 2>&1); }; then
       ok "Docker dependency skeleton loads ($(find "$SK" -name '*.rs' | wc -l) target stubs)"
     else
       fail "the Dockerfile's dependency skeleton does not load:"; echo "$out" >&2
