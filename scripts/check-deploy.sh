@@ -17,7 +17,7 @@
 #     DEPLOY_CHECK_METRICS to a /metrics URL or a file holding its text).
 # Runs every check, then exits 1 if any failed. Needs promtool and python3.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
 
 failures=0
@@ -78,12 +78,12 @@ else
   done
   # Every alert must have unit tests (firing and not firing cases are in the
   # test file next to each other; here we at least require it is exercised).
-  for alert in $(sed -nE 's/^[[:space:]]+- alert: ([A-Za-z]+)$/\1/p' deploy/prometheus/alerts.yml); do
+  while read -r alert; do
     n=$(grep -cE "alertname: $alert\$" deploy/prometheus/alerts.test.yml)
     if [ "$n" -lt 2 ]; then
       fail "alert $alert has $n evaluation(s) in alerts.test.yml, want a firing and a non-firing one"
     fi
-  done
+  done < <(sed -nE 's/^[[:space:]]+- alert: ([A-Za-z]+)$/\1/p' deploy/prometheus/alerts.yml)
 fi
 
 # ---------------------------------------------------------------- systemd
@@ -208,7 +208,7 @@ fi
 
 # PromQL of the dashboard: written to a recording-rule file for promtool.
 DASH_RULES="$TMP/dashboard-rules.yml"
-HAVE_YAML=$HAVE_YAML DASH_RULES=$DASH_RULES TMPDIR_CFG=$TMP DEPLOY_CHECK_METRICS="${DEPLOY_CHECK_METRICS:-}" \
+if ! HAVE_YAML=$HAVE_YAML DASH_RULES=$DASH_RULES TMPDIR_CFG=$TMP DEPLOY_CHECK_METRICS="${DEPLOY_CHECK_METRICS:-}" \
   "$PY" - <<'PYEOF'
 import json, os, re, sys, glob, urllib.request
 
@@ -468,7 +468,9 @@ if os.environ.get("HAVE_YAML") == "1":
 
 sys.exit(1 if errors else 0)
 PYEOF
-[ $? -eq 0 ] || failures=$((failures + 1))
+then
+  failures=$((failures + 1))
+fi
 
 if command -v promtool >/dev/null && [ -s "$DASH_RULES" ]; then
   if out=$(promtool check rules "$DASH_RULES" 2>&1); then
