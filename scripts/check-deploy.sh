@@ -408,6 +408,20 @@ if os.environ.get("HAVE_YAML") == "1":
         check_container(k + "sidecar.yaml", tmpl.get("spec", {}))
         if (tmpl.get("metadata", {}).get("annotations") or {}).get("prometheus.io/scrape") != "true":
             fail(k + "sidecar.yaml: no prometheus.io/scrape annotation")
+        # The patch applied to a minimal DS master StatefulSet, for the
+        # schema validation below.
+        sts = {"apiVersion": "apps/v1", "kind": "StatefulSet",
+               "metadata": {"name": "dolphinscheduler-master"},
+               "spec": {"serviceName": "dolphinscheduler-master",
+                        "selector": {"matchLabels": {"app": "ds-master"}},
+                        "template": {"metadata": {"labels": {"app": "ds-master"},
+                                                  **tmpl.get("metadata", {})},
+                                     "spec": tmpl.get("spec", {})}}}
+        sts["spec"]["template"]["spec"]["containers"] = [
+            {"name": "dolphinscheduler-master", "image": "apache/dolphinscheduler-master:3.2.2"}
+        ] + sts["spec"]["template"]["spec"].get("containers", [])
+        with open(os.path.join(os.environ["TMPDIR_CFG"], "sidecar-statefulset.yaml"), "w") as out:
+            yaml.safe_dump(sts, out)
     else:
         fail(k + "sidecar.yaml missing or empty")
     deps = [d for d in docs.get(k + "deployment.yaml", []) if d.get("kind") == "Deployment"]
@@ -478,6 +492,19 @@ if command -v promtool >/dev/null && [ -s "$DASH_RULES" ]; then
   else
     fail "dashboard queries that do not parse:"; echo "$out" >&2
   fi
+fi
+
+# Kubernetes API schemas (offline, shipped by the PyPI package
+# kubernetes-validate); strict: a misspelt field is an error.
+if command -v kubernetes-validate >/dev/null && [ -f "$TMP/sidecar-statefulset.yaml" ]; then
+  if out=$(kubernetes-validate --strict --quiet deploy/kubernetes/configmap.yaml \
+             deploy/kubernetes/deployment.yaml "$TMP/sidecar-statefulset.yaml" 2>&1); then
+    ok "kubernetes-validate --strict: configmap.yaml, deployment.yaml, sidecar.yaml applied to a StatefulSet"
+  else
+    fail "kubernetes-validate --strict:"; echo "$out" >&2
+  fi
+else
+  skip "kubernetes-validate not installed (pip install kubernetes-validate): schema validation skipped"
 fi
 
 # The ConfigMap's config against the real binary, when one is built (the
