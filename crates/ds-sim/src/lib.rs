@@ -5,3 +5,4 @@
 
 pub mod db;
 pub mod zk;
+pub mod zkserver;

@@ -1,0 +1,331 @@
+//! The registry adapter against the shared ZooKeeper, one root per test.
+
+mod common;
+
+use chrono::{TimeDelta, Utc};
+use common::*;
+use ds_sim::zk::{add_task_queue_entry, delete_tree, task_queue_entries, SimServer};
+use reaper_core::{DsLine, NodeKind, RegistryLayout};
+use reaper_zk::Registry;
+use tokio_util::sync::CancellationToken;
+
+fn hosts(line: DsLine) -> (&'static str, &'static str) {
+    if line == DsLine::V1_2 {
+        ("10.0.0.5", "10.0.0.9")
+    } else {
+        ("10.0.0.5:1234", "10.0.0.9:5678")
+    }
+}
+
+/// Registers, crashes and restarts servers of `line`, checking the view each time.
+async fn exercise_line(zk: &str, line: DsLine, explicit: bool) {
+    let root = unique_root();
+    let (w, m) = hosts(line);
+    let startup = whole_seconds(Utc::now() - TimeDelta::minutes(5));
+    let mut worker = SimServer::register_with(
+        zk,
+        &root,
+        line,
+        NodeKind::Worker,
+        w,
+        &["default"],
+        startup,
+        sim_opts(),
+    )
+    .await
+    .unwrap();
+    let master = SimServer::register_with(
+        zk,
+        &root,
+        line,
+        NodeKind::Master,
+        m,
+        &[],
+        startup,
+        sim_opts(),
+    )
+    .await
+    .unwrap();
+    let reg = Registry::start(
+        settings(zk, &root, explicit.then_some(line)),
+        CancellationToken::new(),
+    );
+    let ctx = format!("line {line} (explicit: {explicit})");
+    let v = wait_view(&reg, &format!("{ctx}: worker and master listed"), |v| {
+        v.is_valid()
+            && v.live(NodeKind::Worker, w).is_some()
+            && v.live(NodeKind::Master, m).is_some()
+    })
+    .await;
+    let wi = v.live(NodeKind::Worker, w).unwrap();
+    assert_eq!(wi.startup_time, Some(startup), "{ctx}");
+    let report = wi
+        .report_time
+        .unwrap_or_else(|| panic!("{ctx}: no report time"));
+    assert!(report >= startup, "{ctx}");
+    assert_eq!(
+        v.live(NodeKind::Master, m).unwrap().startup_time,
+        Some(startup),
+        "{ctx}"
+    );
+    if line.layout() == RegistryLayout::Grouped {
+        assert_eq!(wi.groups, vec!["default".to_string()], "{ctx}");
+    }
+    let d = reg.detected();
+    assert!(d.lines.contains(&line), "{ctx}: detected {d:?}");
+    assert_eq!(d.layout, Some(line.layout()), "{ctx}");
+    assert_eq!(d.format, Some(line.heartbeat_format()), "{ctx}");
+
+    // the worker dies: gone from the view, loss stamped by the daemon's clock
+    let before = Utc::now();
+    worker.crash().await;
+    let v = wait_view(&reg, &format!("{ctx}: worker gone"), |v| {
+        v.live(NodeKind::Worker, w).is_none()
+    })
+    .await;
+    let lost = v
+        .lost_at(NodeKind::Worker, w)
+        .unwrap_or_else(|| panic!("{ctx}: no loss time"));
+    assert!(lost >= before && lost <= Utc::now(), "{ctx}");
+    assert!(v.is_valid(), "{ctx}");
+    assert!(v.live(NodeKind::Master, m).is_some(), "{ctx}");
+
+    // it comes back with a new startup time
+    let startup2 = whole_seconds(Utc::now());
+    worker.restart(startup2).await.unwrap();
+    let v = wait_view(&reg, &format!("{ctx}: worker back with new startup"), |v| {
+        v.live(NodeKind::Worker, w).and_then(|n| n.startup_time) == Some(startup2)
+    })
+    .await;
+    assert_eq!(v.lost_at(NodeKind::Worker, w), None, "{ctx}");
+
+    reg.close().await;
+    drop(worker);
+    drop(master);
+    let _ = delete_tree(zk, root.trim_end_matches("/dolphinscheduler")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_line_auto_detected() {
+    let Some(zk) = shared_zk().await else { return };
+    for line in DsLine::ALL {
+        exercise_line(&zk, line, false).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_line_explicit() {
+    let Some(zk) = shared_zk().await else { return };
+    for line in DsLine::ALL {
+        exercise_line(&zk, line, true).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grouped_worker_in_two_groups_is_one_host() {
+    let Some(zk) = shared_zk().await else { return };
+    let root = unique_root();
+    let h = "10.0.0.7:1234";
+    let mut s = SimServer::register_with(
+        &zk,
+        &root,
+        DsLine::V2_0,
+        NodeKind::Worker,
+        h,
+        &["default", "GPU"],
+        Utc::now(),
+        sim_opts(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(s.paths().len(), 2);
+    let reg = Registry::start(settings(&zk, &root, None), CancellationToken::new());
+    let v = wait_view(&reg, "grouped worker", |v| {
+        v.live(NodeKind::Worker, h).is_some()
+    })
+    .await;
+    assert_eq!(v.workers.len(), 1);
+    assert_eq!(
+        v.live(NodeKind::Worker, h).unwrap().groups,
+        vec!["default".to_string(), "gpu".to_string()]
+    );
+    assert_eq!(
+        reg.detected().lines,
+        vec![DsLine::V2_0],
+        "14 CSV fields + grouped layout = 2.0 only"
+    );
+    s.crash().await;
+    wait_view(&reg, "grouped worker gone", |v| {
+        v.workers.is_empty() && v.lost_workers.contains_key(h)
+    })
+    .await;
+    reg.close().await;
+    let _ = delete_tree(&zk, root.trim_end_matches("/dolphinscheduler")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_data_keeps_the_node_present() {
+    let Some(zk) = shared_zk().await else { return };
+    let root = unique_root();
+    let h = "10.0.0.8:1234";
+    let s = SimServer::register_with(
+        &zk,
+        &root,
+        DsLine::V1_3,
+        NodeKind::Worker,
+        h,
+        &[],
+        Utc::now(),
+        sim_opts(),
+    )
+    .await
+    .unwrap();
+    let reg = Registry::start(settings(&zk, &root, None), CancellationToken::new());
+    wait_view(&reg, "worker with times", |v| {
+        v.live(NodeKind::Worker, h)
+            .is_some_and(|n| n.startup_time.is_some())
+    })
+    .await;
+    // 1.3 registers with "" before its first heartbeat
+    s.set_raw_data(b"").await.unwrap();
+    wait_view(&reg, "empty data: present, times unknown", |v| {
+        v.live(NodeKind::Worker, h)
+            .is_some_and(|n| n.startup_time.is_none() && n.report_time.is_none())
+    })
+    .await;
+    s.set_raw_data(b"\xff\x00garbage,,,").await.unwrap();
+    s.set_raw_data(b"{\"startupTime\":\"soon\"").await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    let v = reg.view();
+    assert!(v
+        .live(NodeKind::Worker, h)
+        .is_some_and(|n| n.startup_time.is_none()));
+    assert!(v.is_valid());
+    // and a readable heartbeat again
+    s.resume_heartbeat();
+    wait_view(&reg, "times back", |v| {
+        v.live(NodeKind::Worker, h)
+            .is_some_and(|n| n.report_time.is_some())
+    })
+    .await;
+    reg.close().await;
+    let _ = delete_tree(&zk, root.trim_end_matches("/dolphinscheduler")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn report_time_follows_heartbeats() {
+    let Some(zk) = shared_zk().await else { return };
+    let root = unique_root();
+    let h = "10.0.0.6:1234";
+    let _s = SimServer::register_with(
+        &zk,
+        &root,
+        DsLine::V3_2,
+        NodeKind::Worker,
+        h,
+        &[],
+        Utc::now(),
+        sim_opts(),
+    )
+    .await
+    .unwrap();
+    let reg = Registry::start(settings(&zk, &root, None), CancellationToken::new());
+    let v = wait_view(&reg, "worker", |v| {
+        v.live(NodeKind::Worker, h)
+            .is_some_and(|n| n.report_time.is_some())
+    })
+    .await;
+    let first = v.live(NodeKind::Worker, h).unwrap().report_time.unwrap();
+    wait_view(&reg, "a later report time", |v| {
+        v.live(NodeKind::Worker, h)
+            .and_then(|n| n.report_time)
+            .is_some_and(|t| t > first)
+    })
+    .await;
+    assert_eq!(
+        reg.view()
+            .live(NodeKind::Worker, h)
+            .unwrap()
+            .status
+            .as_deref(),
+        Some("NORMAL")
+    );
+    reg.close().await;
+    let _ = delete_tree(&zk, root.trim_end_matches("/dolphinscheduler")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_makes_the_view_invalid_and_a_closed_session_is_gone() {
+    let Some(zk) = shared_zk().await else { return };
+    let root = unique_root();
+    let reg = Registry::start(
+        settings(&zk, &root, Some(DsLine::V3_2)),
+        CancellationToken::new(),
+    );
+    wait_view(&reg, "valid empty view", |v| v.is_valid()).await;
+    assert!(reg.view().workers.is_empty());
+    reg.close().await;
+    assert!(!reg.view().is_valid());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_queue_entries_of_1_2_are_deleted() {
+    let Some(zk) = shared_zk().await else { return };
+    let root = unique_root();
+    add_task_queue_entry(&zk, &root, 2, 17, 1, 345, "-1")
+        .await
+        .unwrap();
+    add_task_queue_entry(&zk, &root, 2, 17, 1, 345, "167772165")
+        .await
+        .unwrap();
+    add_task_queue_entry(&zk, &root, 2, 17, 1, 3456, "-1")
+        .await
+        .unwrap();
+    let reg = Registry::start(
+        settings(&zk, &root, Some(DsLine::V1_2)),
+        CancellationToken::new(),
+    );
+    wait_view(&reg, "valid", |v| v.is_valid()).await;
+    assert_eq!(reg.delete_task_queue_entries(345).await.unwrap(), 2);
+    assert_eq!(
+        task_queue_entries(&zk, &root).await.unwrap(),
+        vec!["2_17_1_3456_-1".to_string()]
+    );
+    assert_eq!(reg.delete_task_queue_entries(345).await.unwrap(), 0);
+    reg.close().await;
+
+    let other = unique_root();
+    let reg = Registry::start(
+        settings(&zk, &other, Some(DsLine::V1_2)),
+        CancellationToken::new(),
+    );
+    wait_view(&reg, "valid", |v| v.is_valid()).await;
+    assert_eq!(
+        reg.delete_task_queue_entries(1).await.unwrap(),
+        0,
+        "no queue at all"
+    );
+    reg.close().await;
+    let _ = delete_tree(&zk, root.trim_end_matches("/dolphinscheduler")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_ensemble_is_an_invalid_view_with_the_error() {
+    let reg = Registry::start(
+        settings("127.0.0.1:1", "/dolphinscheduler", None),
+        CancellationToken::new(),
+    );
+    wait_until("a connection error counted", || reg.stats().errors >= 1).await;
+    let v = reg.view();
+    match &v.state {
+        reaper_core::ViewState::Invalid { reason, .. } => {
+            assert!(reason.starts_with("connecting to 127.0.0.1:1"), "{reason}")
+        }
+        s => panic!("expected invalid, got {s:?}"),
+    }
+    assert_eq!(
+        reg.delete_task_queue_entries(1).await,
+        Err(reaper_zk::ZkError::NotConnected)
+    );
+    reg.close().await;
+}
