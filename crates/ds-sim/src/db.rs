@@ -1,1 +1,572 @@
-//! DS schemas and rows in a real database.
+//! DS schemas and rows in a real database: a fresh, uniquely named database per
+//! [`SimDb`], loaded with the real DS schema of a fixture, plus helpers to
+//! write workflows and tasks the way DS lays them out on each line.
+
+use anyhow::{bail, Context, Result};
+use chrono::NaiveDateTime;
+use reaper_core::DsLine;
+use sqlx::{Executor, MySqlPool, PgPool, Row};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SimKind {
+    MySql,
+    Postgres,
+}
+
+/// Schema fixtures and the line each stands for.
+pub const FIXTURES: &[&str] = &["1.2.1", "1.3.9", "2.0.9", "3.1.9", "3.2.2", "dev"];
+
+pub fn fixture_line(fixture: &str) -> DsLine {
+    match fixture {
+        "1.2.1" => DsLine::V1_2,
+        "1.3.9" => DsLine::V1_3,
+        "2.0.9" => DsLine::V2_0,
+        "3.1.9" => DsLine::V3_1,
+        "3.2.2" => DsLine::V3_2,
+        _ => DsLine::V3_3,
+    }
+}
+
+pub fn schema_dir() -> PathBuf {
+    std::env::var_os("DS_SCHEMA_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/work/shared/ds-schema"))
+}
+
+pub fn server_url(kind: SimKind) -> String {
+    match kind {
+        SimKind::MySql => {
+            std::env::var("DS_TEST_MYSQL").unwrap_or_else(|_| "mysql://ds:ds@127.0.0.1:3306".into())
+        }
+        SimKind::Postgres => std::env::var("DS_TEST_POSTGRES")
+            .unwrap_or_else(|_| "postgres://postgres:postgres@127.0.0.1:5432".into()),
+    }
+}
+
+fn with_db(server: &str, db: &str) -> String {
+    let base = server.trim_end_matches('/');
+    // keep any query string after the database name
+    match base.split_once('?') {
+        Some((b, q)) => format!("{}/{db}?{q}", b.trim_end_matches('/')),
+        None => format!("{base}/{db}"),
+    }
+}
+
+#[derive(Clone)]
+pub enum SimPool {
+    My(MySqlPool),
+    Pg(PgPool),
+}
+
+/// A workflow instance to insert.
+#[derive(Debug, Clone)]
+pub struct WorkflowSpec {
+    pub state: i32,
+    /// The owning master (`ip:port`).
+    pub host: Option<String>,
+    pub executor_id: i32,
+    pub definition_code: i64,
+    pub definition_version: i32,
+    pub priority: Option<i32>,
+    pub command_param: Option<String>,
+    pub start_time: NaiveDateTime,
+}
+
+impl Default for WorkflowSpec {
+    fn default() -> Self {
+        WorkflowSpec {
+            state: 1,
+            host: Some("10.0.0.1:5678".into()),
+            executor_id: 7,
+            definition_code: 9_001,
+            definition_version: 3,
+            priority: Some(1),
+            command_param: None,
+            start_time: chrono::DateTime::from_timestamp(1_700_000_000, 0)
+                .map(|t| t.naive_utc())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// A task instance to insert.
+#[derive(Debug, Clone)]
+pub struct TaskSpec {
+    pub workflow_instance_id: i64,
+    pub name: String,
+    pub task_type: String,
+    pub state: i32,
+    pub host: Option<String>,
+    pub submit_time: Option<NaiveDateTime>,
+    pub start_time: Option<NaiveDateTime>,
+    pub worker_group: String,
+    pub flag: i32,
+    pub project_code: i64,
+}
+
+impl TaskSpec {
+    pub fn new(workflow_instance_id: i64, state: i32, host: Option<&str>) -> Self {
+        let t = chrono::DateTime::from_timestamp(1_700_000_100, 0)
+            .map(|t| t.naive_utc())
+            .unwrap_or_default();
+        TaskSpec {
+            workflow_instance_id,
+            name: "task".into(),
+            task_type: "SHELL".into(),
+            state,
+            host: host.map(str::to_string),
+            submit_time: Some(t),
+            start_time: Some(t),
+            worker_group: "default".into(),
+            flag: 1,
+            project_code: 4_242,
+        }
+    }
+}
+
+/// A task row as the tests check it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskState {
+    pub state: i32,
+    pub end_time: Option<NaiveDateTime>,
+    pub flag: i32,
+    pub host: Option<String>,
+}
+
+/// One `t_ds_command` row, every column rendered as text (NULL → None).
+pub type CommandView = std::collections::BTreeMap<String, Option<String>>;
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+pub struct SimDb {
+    pub kind: SimKind,
+    pub fixture: String,
+    pub line: DsLine,
+    name: String,
+    server: String,
+    url: String,
+    pub pool: SimPool,
+}
+
+impl SimDb {
+    /// Creates a fresh database on the local server and loads the fixture's schema.
+    pub async fn create(kind: SimKind, fixture: &str) -> Result<SimDb> {
+        let file = schema_dir().join(fixture).join(match kind {
+            SimKind::MySql => "mysql.sql",
+            SimKind::Postgres => "postgresql.sql",
+        });
+        let ddl = std::fs::read_to_string(&file)
+            .with_context(|| format!("reading schema {}", file.display()))?;
+        let name = format!(
+            "dsr_{}_{}_{}_{}",
+            fixture.replace('.', ""),
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed),
+            chrono::Utc::now().timestamp_micros() % 1_000_000_000
+        );
+        let server = server_url(kind);
+        let url = with_db(&server, &name);
+        let pool = match kind {
+            SimKind::MySql => {
+                let admin = MySqlPool::connect(&server)
+                    .await
+                    .context("connecting to MySQL")?;
+                admin
+                    .execute(format!("CREATE DATABASE `{name}` CHARACTER SET utf8mb4").as_str())
+                    .await?;
+                admin.close().await;
+                let p = sqlx::mysql::MySqlPoolOptions::new()
+                    .max_connections(4)
+                    .connect(&url)
+                    .await?;
+                sqlx::raw_sql(&ddl)
+                    .execute(&p)
+                    .await
+                    .with_context(|| format!("loading {}", file.display()))?;
+                SimPool::My(p)
+            }
+            SimKind::Postgres => {
+                let admin = PgPool::connect(&server)
+                    .await
+                    .context("connecting to PostgreSQL")?;
+                admin
+                    .execute(format!("CREATE DATABASE \"{name}\"").as_str())
+                    .await?;
+                admin.close().await;
+                let p = sqlx::postgres::PgPoolOptions::new()
+                    .max_connections(4)
+                    .connect(&url)
+                    .await?;
+                sqlx::raw_sql(&ddl)
+                    .execute(&p)
+                    .await
+                    .with_context(|| format!("loading {}", file.display()))?;
+                SimPool::Pg(p)
+            }
+        };
+        Ok(SimDb {
+            kind,
+            fixture: fixture.to_string(),
+            line: fixture_line(fixture),
+            name,
+            server,
+            url,
+            pool,
+        })
+    }
+
+    /// The URL of this database (with the password of the server URL).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Drops the database.
+    pub async fn drop(self) -> Result<()> {
+        match self.pool {
+            SimPool::My(p) => {
+                p.close().await;
+                let admin = MySqlPool::connect(&self.server).await?;
+                admin
+                    .execute(format!("DROP DATABASE IF EXISTS `{}`", self.name).as_str())
+                    .await?;
+                admin.close().await;
+            }
+            SimPool::Pg(p) => {
+                p.close().await;
+                let admin = PgPool::connect(&self.server).await?;
+                admin
+                    .execute(
+                        format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.name).as_str(),
+                    )
+                    .await?;
+                admin.close().await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs one or more raw statements.
+    pub async fn exec(&self, sql: &str) -> Result<u64> {
+        Ok(match &self.pool {
+            SimPool::My(p) => sqlx::raw_sql(sql).execute(p).await?.rows_affected(),
+            SimPool::Pg(p) => sqlx::raw_sql(sql).execute(p).await?.rows_affected(),
+        })
+    }
+
+    /// `$1`-style or `?`-style placeholders for this server.
+    fn ph(&self, n: usize) -> String {
+        match self.kind {
+            SimKind::MySql => vec!["?"; n].join(", "),
+            SimKind::Postgres => (1..=n)
+                .map(|i| format!("${i}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+    }
+
+    async fn insert(&self, table: &str, cols: Vec<(&str, V)>) -> Result<i64> {
+        let names: Vec<&str> = cols.iter().map(|(c, _)| *c).collect();
+        let sql = format!(
+            "INSERT INTO {table} ({}) VALUES ({})",
+            names.join(", "),
+            self.ph(names.len())
+        );
+        macro_rules! bind_all {
+            ($q:expr) => {{
+                let mut q = $q;
+                for (_, v) in &cols {
+                    q = match v {
+                        V::I(x) => q.bind(*x),
+                        V::L(x) => q.bind(*x),
+                        V::S(x) => q.bind(x.clone()),
+                        V::T(x) => q.bind(*x),
+                    };
+                }
+                q
+            }};
+        }
+        match &self.pool {
+            SimPool::My(p) => {
+                let r = bind_all!(sqlx::query(&sql)).execute(p).await?;
+                Ok(r.last_insert_id() as i64)
+            }
+            SimPool::Pg(p) => {
+                let sql = format!("{sql} RETURNING id");
+                let r = bind_all!(sqlx::query(&sql)).fetch_one(p).await?;
+                Ok(i64::from(r.try_get::<i32, _>(0)?))
+            }
+        }
+    }
+
+    /// Inserts a workflow instance with the columns its line requires.
+    pub async fn insert_workflow(&self, w: &WorkflowSpec) -> Result<i64> {
+        let line = self.line;
+        let mut c: Vec<(&str, V)> = vec![
+            ("name", V::S(Some("wf".into()))),
+            ("state", V::I(Some(w.state))),
+            ("host", V::S(w.host.clone())),
+            ("executor_id", V::I(Some(w.executor_id))),
+            ("run_times", V::I(Some(1))),
+            ("start_time", V::T(Some(w.start_time))),
+            ("command_param", V::S(w.command_param.clone())),
+            ("flag", V::I(Some(1))),
+        ];
+        if line <= DsLine::V1_3 {
+            c.push((
+                "process_definition_id",
+                V::I(Some(w.definition_code as i32)),
+            ));
+        } else if line == DsLine::V3_3 {
+            c.push(("workflow_definition_code", V::L(Some(w.definition_code))));
+            c.push((
+                "workflow_definition_version",
+                V::I(Some(w.definition_version)),
+            ));
+        } else {
+            c.push(("process_definition_code", V::L(Some(w.definition_code))));
+            c.push((
+                "process_definition_version",
+                V::I(Some(w.definition_version)),
+            ));
+        }
+        if line <= DsLine::V3_1 {
+            c.push(("tenant_id", V::I(Some(1))));
+        }
+        if line >= DsLine::V3_2 {
+            c.push(("project_code", V::L(Some(4_242))));
+            c.push(("test_flag", V::I(Some(0))));
+        }
+        let prio = if line == DsLine::V3_3 {
+            "workflow_instance_priority"
+        } else {
+            "process_instance_priority"
+        };
+        c.push((prio, V::I(w.priority)));
+        self.insert(line.workflow_table(), c).await
+    }
+
+    /// Inserts a task instance with the columns its line requires.
+    pub async fn insert_task(&self, t: &TaskSpec) -> Result<i64> {
+        let line = self.line;
+        let mut c: Vec<(&str, V)> = vec![
+            ("name", V::S(Some(t.name.clone()))),
+            ("task_type", V::S(Some(t.task_type.clone()))),
+            (
+                line.workflow_fk_column(),
+                V::I(Some(t.workflow_instance_id as i32)),
+            ),
+            ("state", V::I(Some(t.state))),
+            ("submit_time", V::T(t.submit_time)),
+            ("start_time", V::T(t.start_time)),
+            ("host", V::S(t.host.clone())),
+            ("flag", V::I(Some(t.flag))),
+        ];
+        if line == DsLine::V1_2 {
+            let id = if t.worker_group == "default" {
+                -1
+            } else {
+                t.worker_group.parse().unwrap_or(-1)
+            };
+            c.push(("worker_group_id", V::I(Some(id))));
+        } else {
+            c.push(("worker_group", V::S(Some(t.worker_group.clone()))));
+        }
+        if line >= DsLine::V2_0 {
+            c.push(("task_code", V::L(Some(77))));
+            c.push(("task_definition_version", V::I(Some(1))));
+        }
+        if line >= DsLine::V3_2 {
+            c.push(("project_code", V::L(Some(t.project_code))));
+        }
+        self.insert("t_ds_task_instance", c).await
+    }
+
+    /// A task's state, end_time, flag and host.
+    pub async fn task_state(&self, id: i64) -> Result<TaskState> {
+        let host = match self.kind {
+            SimKind::MySql => "CAST(host AS CHAR)",
+            SimKind::Postgres => "host",
+        };
+        let sql =
+            format!("SELECT state, end_time, flag, {host} FROM t_ds_task_instance WHERE id = {id}");
+        match &self.pool {
+            SimPool::My(p) => {
+                let r = sqlx::query(&sql).fetch_one(p).await?;
+                Ok(TaskState {
+                    state: r.try_get::<i64, _>(0)? as i32,
+                    end_time: r.try_get(1)?,
+                    flag: r.try_get::<i64, _>(2)? as i32,
+                    host: r.try_get(3)?,
+                })
+            }
+            SimPool::Pg(p) => {
+                let r = sqlx::query(&sql).fetch_one(p).await?;
+                Ok(TaskState {
+                    state: r.try_get(0)?,
+                    end_time: r.try_get(1)?,
+                    flag: r.try_get(2)?,
+                    host: r.try_get(3)?,
+                })
+            }
+        }
+    }
+
+    /// One text column of the workflow instance (`state`, `host`, `run_times`, …).
+    pub async fn workflow_col(&self, id: i64, col: &str) -> Result<Option<String>> {
+        if !col.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            bail!("bad column {col}");
+        }
+        let sql = match self.kind {
+            SimKind::MySql => format!(
+                "SELECT CAST({col} AS CHAR) FROM {} WHERE id = {id}",
+                self.line.workflow_table()
+            ),
+            SimKind::Postgres => format!(
+                "SELECT CAST({col} AS TEXT) FROM {} WHERE id = {id}",
+                self.line.workflow_table()
+            ),
+        };
+        Ok(match &self.pool {
+            SimPool::My(p) => sqlx::query_scalar(&sql).fetch_one(p).await?,
+            SimPool::Pg(p) => sqlx::query_scalar(&sql).fetch_one(p).await?,
+        })
+    }
+
+    /// Every `t_ds_command` row, in id order, columns as text.
+    pub async fn commands(&self) -> Result<Vec<CommandView>> {
+        let cols: Vec<String> = match &self.pool {
+            SimPool::My(p) => sqlx::query_scalar(
+                "SELECT CAST(column_name AS CHAR) FROM information_schema.columns \
+                 WHERE table_schema = DATABASE() AND table_name = 't_ds_command' ORDER BY ordinal_position",
+            )
+            .fetch_all(p)
+            .await?,
+            SimPool::Pg(p) => sqlx::query_scalar(
+                "SELECT column_name::text FROM information_schema.columns \
+                 WHERE table_schema = current_schema() AND table_name = 't_ds_command' ORDER BY ordinal_position",
+            )
+            .fetch_all(p)
+            .await?,
+        };
+        let cast = |c: &String| match self.kind {
+            SimKind::MySql => format!("CAST({c} AS CHAR)"),
+            SimKind::Postgres => format!("CAST({c} AS TEXT)"),
+        };
+        let sql = format!(
+            "SELECT {} FROM t_ds_command ORDER BY id",
+            cols.iter().map(cast).collect::<Vec<_>>().join(", ")
+        );
+        let mut out = Vec::new();
+        match &self.pool {
+            SimPool::My(p) => {
+                for r in sqlx::query(&sql).fetch_all(p).await? {
+                    let mut m = CommandView::new();
+                    for (i, c) in cols.iter().enumerate() {
+                        m.insert(c.clone(), r.try_get::<Option<String>, _>(i)?);
+                    }
+                    out.push(m);
+                }
+            }
+            SimPool::Pg(p) => {
+                for r in sqlx::query(&sql).fetch_all(p).await? {
+                    let mut m = CommandView::new();
+                    for (i, c) in cols.iter().enumerate() {
+                        m.insert(c.clone(), r.try_get::<Option<String>, _>(i)?);
+                    }
+                    out.push(m);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Bulk-fills `n` task rows of workflow `wf` in `state` with `host`, fast
+    /// (one `INSERT … SELECT` over a generated series). Returns (first id, last id).
+    pub async fn bulk_fill(&self, wf: i64, n: u64, state: i32, host: &str) -> Result<(i64, i64)> {
+        let line = self.line;
+        let (wg_col, wg_val) = if line == DsLine::V1_2 {
+            ("worker_group_id", "-1".to_string())
+        } else {
+            ("worker_group", "'default'".to_string())
+        };
+        let mut cols = vec![
+            "name".to_string(),
+            "task_type".into(),
+            line.workflow_fk_column().into(),
+            "state".into(),
+            "submit_time".into(),
+            "start_time".into(),
+            "end_time".into(),
+            "host".into(),
+            "flag".into(),
+            wg_col.into(),
+        ];
+        let host = host.replace('\'', "");
+        let ts = "'2024-01-01 00:00:00'";
+        let mut vals = vec![
+            "'bulk'".to_string(),
+            "'SHELL'".into(),
+            wf.to_string(),
+            state.to_string(),
+            ts.into(),
+            ts.into(),
+            ts.into(),
+            format!("'{host}'"),
+            "1".into(),
+            wg_val,
+        ];
+        if line >= DsLine::V2_0 {
+            cols.push("task_code".into());
+            vals.push("77".into());
+            cols.push("task_definition_version".into());
+            vals.push("1".into());
+        }
+        if line >= DsLine::V3_2 {
+            cols.push("project_code".into());
+            vals.push("4242".into());
+        }
+        let before = self.max_task_id().await?;
+        let chunk = 500_000u64;
+        let mut left = n;
+        while left > 0 {
+            let k = left.min(chunk);
+            let sql = match self.kind {
+                SimKind::MySql => format!(
+                    "INSERT INTO t_ds_task_instance ({}) SELECT {} FROM seq_1_to_{k}",
+                    cols.join(", "),
+                    vals.join(", ")
+                ),
+                SimKind::Postgres => format!(
+                    "INSERT INTO t_ds_task_instance ({}) SELECT {} FROM generate_series(1, {k})",
+                    cols.join(", "),
+                    vals.join(", ")
+                ),
+            };
+            self.exec(&sql).await?;
+            left -= k;
+        }
+        let after = self.max_task_id().await?;
+        Ok((before + 1, after))
+    }
+
+    pub async fn max_task_id(&self) -> Result<i64> {
+        let sql = "SELECT COALESCE(MAX(id), 0) FROM t_ds_task_instance";
+        Ok(match &self.pool {
+            SimPool::My(p) => sqlx::query_scalar::<_, i64>(sql).fetch_one(p).await?,
+            SimPool::Pg(p) => i64::from(sqlx::query_scalar::<_, i32>(sql).fetch_one(p).await?),
+        })
+    }
+}
+
+enum V {
+    I(Option<i32>),
+    L(Option<i64>),
+    S(Option<String>),
+    T(Option<NaiveDateTime>),
+}

@@ -1,0 +1,361 @@
+//! The workflow follow-ups of SPEC §5, decided from the locked workflow row.
+//! What is written mirrors DS's own code for the same path (reference §5):
+//! - recover after fault-tolerance, ≤ 3.2: `ProcessService.processNeedFailoverProcessInstances`
+//!   (1.2.1 `ProcessDao`, 1.3.9, 2.0.9, 3.1.9 `ProcessServiceImpl`, 3.2.2), built with
+//!   `new Command()` whose constructor sets `task_depend_type = TASK_POST (2)`,
+//!   `failure_strategy = CONTINUE (1)`, `start_time = update_time = now`;
+//!   primitive `int` fields (`dry_run`, `test_flag`, 1.2's `worker_group_id`) are
+//!   always inserted, null fields are left to the column default (MyBatis-Plus).
+//! - recover after fail/kill, ≤ 3.1: API `ExecutorService.insertCommand`
+//!   (`new Command()` as above, `executor_id` = the user: here the instance's executor);
+//!   3.2.2 `FailureRecoveryExecuteFunction` (a Lombok builder: no `start_time`);
+//!   3.1.9/3.2.2 `createCommand` add `schedule_timezone` when the definition is scheduled.
+//! - 3.3: `WorkflowFailover.failoverWorkflow` and `WorkflowInstanceRecoverFailureTaskTrigger`.
+
+use crate::schema::{names, DefCols, WorkerGroupCol};
+use crate::{FollowUpOutcome, FollowUpRequest};
+use chrono::NaiveDateTime;
+use reaper_core::{Action, DsLine, FollowUp};
+
+/// `CommandType` codes.
+pub const RECOVER_TOLERANCE_FAULT_PROCESS: i32 = 2;
+pub const START_FAILURE_TASK_PROCESS: i32 = 4;
+const TASK_POST: i32 = 2;
+const CONTINUE: i32 = 1;
+
+/// A value for a command column.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Val {
+    I32(i32),
+    I64(i64),
+    Text(String),
+    Time(NaiveDateTime),
+}
+
+/// The columns of one `t_ds_command` insert (identifiers are constants).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommandRow {
+    pub cols: Vec<(&'static str, Val)>,
+}
+
+impl CommandRow {
+    pub fn command_type(&self) -> Option<i32> {
+        self.cols.iter().find_map(|(c, v)| match (c, v) {
+            (&"command_type", Val::I32(t)) => Some(*t),
+            _ => None,
+        })
+    }
+}
+
+/// The locked workflow instance row.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct WfRow {
+    pub state: Option<i32>,
+    pub executor_id: Option<i64>,
+    /// `process_definition_id` (≤ 1.3).
+    pub def_id: Option<i64>,
+    pub def_code: Option<i64>,
+    pub def_version: Option<i64>,
+    pub priority: Option<i64>,
+    pub test_flag: Option<i64>,
+    pub command_param: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum WfUpdate {
+    /// `state = 6, end_time = now` where `state = from`.
+    Fail { from: i32 },
+    /// `host = '<null_host>'`.
+    NullHost,
+    /// 3.3: `state = 18` where `state = from`.
+    Failover { from: i32 },
+    /// 3.3: `state = 0, run_times + 1, restart_time = now, end_time = NULL` where `state = from`.
+    Restart { from: i32 },
+}
+
+impl WfUpdate {
+    pub fn new_state(&self) -> Option<i32> {
+        match self {
+            WfUpdate::Fail { .. } => Some(6),
+            WfUpdate::NullHost => None,
+            WfUpdate::Failover { .. } => Some(18),
+            WfUpdate::Restart { .. } => Some(0),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Decision {
+    pub update: Option<WfUpdate>,
+    pub command: Option<CommandRow>,
+}
+
+/// What the follow-up needs to know besides the workflow row.
+pub(crate) struct Facts {
+    /// Other `flag = 1` tasks of the workflow in a non-finished state.
+    pub other_live: i64,
+    /// A command for this workflow instance is already queued.
+    pub queued: bool,
+    /// `t_ds_schedules.timezone_id` of the definition, if scheduled (3.1/3.2).
+    pub schedule_tz: Option<String>,
+}
+
+/// dev `WorkflowExecutionStatus` names, for the failover command's param.
+fn wf_status_name_33(code: i32) -> Option<&'static str> {
+    Some(match code {
+        0 => "SUBMITTED_SUCCESS",
+        1 => "RUNNING_EXECUTION",
+        2 => "READY_PAUSE",
+        3 => "PAUSE",
+        4 => "READY_STOP",
+        5 => "STOP",
+        6 => "FAILURE",
+        7 => "SUCCESS",
+        14 => "SERIAL_WAIT",
+        17 => "WAIT_TO_RUN",
+        18 => "FAILOVER",
+        _ => return None,
+    })
+}
+
+/// `{"ProcessInstanceId":N}` plus, on 3.1+, `StartParams` copied from the
+/// instance's own param (`createCommandParams`) when `with_start_params`.
+fn recover_param(
+    wf_id: i64,
+    wf: &WfRow,
+    with_start_params: bool,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut m = serde_json::Map::new();
+    if with_start_params {
+        if let Some(sp) = wf
+            .command_param
+            .as_deref()
+            .and_then(|p| serde_json::from_str::<serde_json::Value>(p).ok())
+            .and_then(|v| v.get("StartParams").cloned())
+        {
+            if !sp.is_null() {
+                m.insert("StartParams".into(), sp);
+            }
+        }
+    }
+    m.insert("ProcessInstanceId".into(), serde_json::Value::from(wf_id));
+    m
+}
+
+fn with_tz(
+    mut m: serde_json::Map<String, serde_json::Value>,
+    tz: &Option<String>,
+) -> serde_json::Map<String, serde_json::Value> {
+    if let Some(tz) = tz {
+        m.insert(
+            "schedule_timezone".into(),
+            serde_json::Value::from(tz.clone()),
+        );
+    }
+    m
+}
+
+pub(crate) fn decide(
+    line: DsLine,
+    req: &FollowUpRequest,
+    wf_id: i64,
+    wf: &WfRow,
+    facts: &Facts,
+    now: NaiveDateTime,
+) -> Result<Decision, FollowUpOutcome> {
+    let skip = |why: String| Err(FollowUpOutcome::Skipped(why));
+    let Some(state) = wf.state else {
+        return skip(format!("workflow instance {wf_id} has no state"));
+    };
+    let non_terminal = line.workflow_non_terminal_states().contains(&state);
+    let recover = req.follow_up == FollowUp::Recover;
+    let after_ft = req.action == Action::FaultTolerance;
+
+    if (req.follow_up == FollowUp::Fail || (recover && !after_ft && line != DsLine::V3_3))
+        && facts.other_live > 0
+    {
+        return skip(format!(
+            "workflow instance {wf_id} has {} other task(s) not finished",
+            facts.other_live
+        ));
+    }
+    if recover && facts.queued {
+        return skip(format!(
+            "a command for workflow instance {wf_id} is already queued in t_ds_command"
+        ));
+    }
+
+    if req.follow_up == FollowUp::Fail {
+        if !non_terminal {
+            return skip(format!(
+                "workflow instance {wf_id} is in terminal state {state}"
+            ));
+        }
+        return Ok(Decision {
+            update: Some(WfUpdate::Fail { from: state }),
+            command: None,
+        });
+    }
+
+    // recover
+    let n = names(line);
+    let mut cols: Vec<(&'static str, Val)> = Vec::new();
+    let type_code = if after_ft {
+        RECOVER_TOLERANCE_FAULT_PROCESS
+    } else {
+        START_FAILURE_TASK_PROCESS
+    };
+    cols.push(("command_type", Val::I32(type_code)));
+    match n.def {
+        DefCols::Id => cols.push(("process_definition_id", Val::I64(wf.def_id.unwrap_or(0)))),
+        DefCols::Code { code, version } => {
+            let Some(c) = wf.def_code else {
+                return skip(format!("workflow instance {wf_id} has no definition code"));
+            };
+            cols.push((code, Val::I64(c)));
+            cols.push((version, Val::I64(wf.def_version.unwrap_or(0))));
+        }
+    }
+    if let Some(col) = n.cmd_instance_col {
+        cols.push((col, Val::I64(wf_id)));
+    }
+    let executor = wf.executor_id.unwrap_or(0);
+
+    let update;
+    if line == DsLine::V3_3 {
+        if after_ft {
+            // FailoverCoordinator fails over workflows in RUNNING_EXECUTION, READY_PAUSE, READY_STOP
+            if ![1, 2, 4].contains(&state) {
+                return skip(format!(
+                    "workflow instance {wf_id} is in state {state}; DS fails over only 1, 2, 4"
+                ));
+            }
+            let status = wf_status_name_33(state).unwrap_or("RUNNING_EXECUTION");
+            let param = format!(
+                "{{\"commandType\":\"RECOVER_TOLERANCE_FAULT\",\"subWorkflowInstance\":false,\"startNodes\":null,\"commandParams\":null,\"timeZone\":null,\"workflowExecutionStatus\":\"{status}\"}}"
+            );
+            cols.push(("command_param", Val::Text(param)));
+            // the builder leaves the primitive executorId at 0
+            cols.push(("executor_id", Val::I32(0)));
+            cols.push(("task_depend_type", Val::I32(TASK_POST)));
+            cols.push(("failure_strategy", Val::I32(CONTINUE)));
+            cols.push(("update_time", Val::Time(now)));
+            cols.push(("dry_run", Val::I32(0)));
+            cols.push(("test_flag", Val::I32(0)));
+            update = WfUpdate::Failover { from: state };
+        } else {
+            if facts.other_live > 0 {
+                return skip(format!(
+                    "workflow instance {wf_id} has {} other task(s) not finished",
+                    facts.other_live
+                ));
+            }
+            if !(non_terminal || state == 6) || state == 18 {
+                return skip(format!(
+                    "workflow instance {wf_id} is in state {state}, not recoverable"
+                ));
+            }
+            cols.push(("executor_id", Val::I32(executor as i32)));
+            cols.push(("task_depend_type", Val::I32(TASK_POST)));
+            cols.push(("failure_strategy", Val::I32(CONTINUE)));
+            cols.push(("start_time", Val::Time(now)));
+            cols.push(("update_time", Val::Time(now)));
+            cols.push(("dry_run", Val::I32(0)));
+            cols.push(("test_flag", Val::I32(0)));
+            update = WfUpdate::Restart { from: state };
+        }
+        return Ok(Decision {
+            update: Some(update),
+            command: Some(CommandRow { cols }),
+        });
+    }
+
+    if after_ft {
+        if !non_terminal {
+            return skip(format!(
+                "workflow instance {wf_id} is in terminal state {state}"
+            ));
+        }
+        let param = recover_param(wf_id, wf, line >= DsLine::V3_1_0);
+        let param = if line >= DsLine::V3_1_0 {
+            with_tz(param, &facts.schedule_tz)
+        } else {
+            param
+        };
+        cols.push((
+            "command_param",
+            Val::Text(serde_json::Value::Object(param).to_string()),
+        ));
+        update = WfUpdate::NullHost;
+    } else {
+        // "recover from failed node" needs the workflow in FAILURE; fail it first
+        if !(non_terminal || state == 6) {
+            return skip(format!(
+                "workflow instance {wf_id} is in terminal state {state}, not FAILURE"
+            ));
+        }
+        if line == DsLine::V3_2 {
+            if let Some(tz) = &facts.schedule_tz {
+                let m = with_tz(serde_json::Map::new(), &Some(tz.clone()));
+                cols.push((
+                    "command_param",
+                    Val::Text(serde_json::Value::Object(m).to_string()),
+                ));
+            }
+        } else {
+            let param = recover_param(wf_id, wf, false);
+            let param = if line >= DsLine::V3_1_0 {
+                with_tz(param, &facts.schedule_tz)
+            } else {
+                param
+            };
+            cols.push((
+                "command_param",
+                Val::Text(serde_json::Value::Object(param).to_string()),
+            ));
+        }
+        update = if state == 6 {
+            // already FAILURE: nothing to write on the workflow
+            WfUpdate::Fail { from: -1 }
+        } else {
+            WfUpdate::Fail { from: state }
+        };
+    }
+    cols.push(("executor_id", Val::I32(executor as i32)));
+    cols.push(("task_depend_type", Val::I32(TASK_POST)));
+    cols.push(("failure_strategy", Val::I32(CONTINUE)));
+    let builder_3_2 = line == DsLine::V3_2 && !after_ft;
+    if !builder_3_2 {
+        cols.push(("start_time", Val::Time(now)));
+    }
+    cols.push(("update_time", Val::Time(now)));
+    if after_ft && line >= DsLine::V3_1_0 {
+        cols.push((n.priority, Val::I32(wf.priority.unwrap_or(2) as i32)));
+    }
+    if line >= DsLine::V2_0 {
+        cols.push(("dry_run", Val::I32(0)));
+    }
+    if n.test_flag {
+        cols.push(("test_flag", Val::I32(wf.test_flag.unwrap_or(0) as i32)));
+    }
+    if n.wg == WorkerGroupCol::Id {
+        // 1.2.1 Command.workerGroupId is a primitive int: always inserted, 0
+        cols.push(("worker_group_id", Val::I32(0)));
+    }
+    let update = match update {
+        WfUpdate::Fail { from: -1 } => None,
+        u => Some(u),
+    };
+    Ok(Decision {
+        update,
+        command: Some(CommandRow { cols }),
+    })
+}
+
+/// Whether a 1.x `command_param` names this workflow instance.
+pub(crate) fn param_names_instance(param: &str, wf_id: i64) -> bool {
+    serde_json::from_str::<serde_json::Value>(param)
+        .ok()
+        .and_then(|v| v.get("ProcessInstanceId").cloned())
+        .is_some_and(|v| v.as_i64() == Some(wf_id) || v.as_str() == Some(&wf_id.to_string()))
+}
