@@ -163,6 +163,12 @@ impl SweepCursor {
             ..Self::default()
         }
     }
+    /// Moves the low-water mark, keeping what the cursor tracks (a restart
+    /// from a persisted mark, a benchmark of a given range).
+    pub fn set_low_water(&mut self, mark: i64) {
+        self.mark = Some(mark);
+        self.top = Some(mark);
+    }
     /// Ids at or below this are only re-read when tracked.
     pub fn low_water(&self) -> Option<i64> {
         self.mark
