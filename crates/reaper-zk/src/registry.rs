@@ -911,7 +911,7 @@ impl Loop {
         let due: Vec<String> = self
             .dirty
             .iter()
-            .filter(|p| self.leaves.get(*p).is_none_or_due(now))
+            .filter(|p| due(self.leaves.get(*p), now))
             .cloned()
             .collect();
         if due.is_empty() {
@@ -958,17 +958,9 @@ impl Loop {
     }
 }
 
-trait Due {
-    fn is_none_or_due(self, now: tokio::time::Instant) -> bool;
-}
-
-impl Due for Option<&Leaf> {
-    fn is_none_or_due(self, now: tokio::time::Instant) -> bool {
-        match self {
-            None => false,
-            Some(l) => now.duration_since(l.last_read) >= DATA_COALESCE,
-        }
-    }
+/// Whether a dirty leaf may be re-read now (at most once per [`DATA_COALESCE`]).
+fn due(leaf: Option<&Leaf>, now: tokio::time::Instant) -> bool {
+    leaf.is_some_and(|l| now.duration_since(l.last_read) >= DATA_COALESCE)
 }
 
 fn terminal(s: zk::SessionState) -> Option<Outcome> {

@@ -1,0 +1,233 @@
+//! Server restarts and session expiry, against a private ZooKeeper per test
+//! (never the shared one).
+
+mod common;
+
+use chrono::Utc;
+use common::*;
+use ds_sim::zk::SimServer;
+use ds_sim::zkserver::PrivateZk;
+use reaper_core::{DsLine, NodeKind, ViewState};
+use reaper_zk::Registry;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_restart_invalidates_then_revalidates_with_the_same_hosts() {
+    if !private_zk_available() {
+        return;
+    }
+    let mut zk = PrivateZk::start().await.unwrap();
+    let connect = zk.connect_string();
+    let root = "/dolphinscheduler";
+    let mut opts = sim_opts();
+    opts.session_timeout = Duration::from_secs(30);
+    let hosts = ["10.0.1.1:1234", "10.0.1.2:1234"];
+    let mut sims = Vec::new();
+    for h in hosts {
+        sims.push(
+            SimServer::register_with(
+                &connect,
+                root,
+                DsLine::V3_1,
+                NodeKind::Worker,
+                h,
+                &[],
+                Utc::now(),
+                opts.clone(),
+            )
+            .await
+            .unwrap(),
+        );
+    }
+    let mut s = settings(&connect, root, None);
+    s.session_timeout = Duration::from_secs(20);
+    let reg = Registry::start(s, CancellationToken::new());
+    let v1 = wait_view(&reg, "both workers", |v| {
+        v.is_valid() && v.workers.len() == 2
+    })
+    .await;
+    let since1 = v1.valid_since().unwrap();
+
+    zk.stop().await.unwrap();
+    wait_view(&reg, "invalid after the server stopped", |v| !v.is_valid()).await;
+    zk.start_again().await.unwrap();
+    let v2 = wait_view(&reg, "valid again", |v| v.is_valid()).await;
+    assert!(v2.valid_since().unwrap() > since1);
+    let got: Vec<String> = v2.workers.keys().cloned().collect();
+    let mut want: Vec<String> = hosts.iter().map(|h| h.to_string()).collect();
+    want.sort();
+    assert_eq!(got, want);
+    assert!(v2.lost_workers.is_empty(), "{v2:#?}");
+    assert!(reg.stats().reconnects >= 1, "{:?}", reg.stats());
+    assert_eq!(reg.stats().session_expirations, 0);
+    reg.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_session_invalidates_until_relisted() {
+    if !private_zk_available() {
+        return;
+    }
+    let zk = PrivateZk::start().await.unwrap();
+    let connect = zk.connect_string();
+    let root = "/dolphinscheduler";
+    let mut opts = sim_opts();
+    opts.session_timeout = Duration::from_secs(30);
+    let h = "10.0.2.1:1234";
+    let _sim = SimServer::register_with(
+        &connect,
+        root,
+        DsLine::V1_3,
+        NodeKind::Worker,
+        h,
+        &["default"],
+        Utc::now(),
+        opts,
+    )
+    .await
+    .unwrap();
+    let (early, short) = ("10.0.2.2:1234", "10.0.2.3:1234");
+    let mut early_sim = SimServer::register_with(
+        &connect,
+        root,
+        DsLine::V1_3,
+        NodeKind::Worker,
+        early,
+        &["default"],
+        Utc::now(),
+        sim_opts(),
+    )
+    .await
+    .unwrap();
+    let mut short_opts = sim_opts();
+    short_opts.session_timeout = Duration::from_secs(3);
+    let _short_sim = SimServer::register_with(
+        &connect,
+        root,
+        DsLine::V1_3,
+        NodeKind::Worker,
+        short,
+        &["default"],
+        Utc::now(),
+        short_opts,
+    )
+    .await
+    .unwrap();
+    let mut s = settings(&connect, root, None);
+    s.session_timeout = Duration::from_secs(2);
+    s.request_timeout = Duration::from_secs(2);
+    let reg = Registry::start(s, CancellationToken::new());
+    let v1 = wait_view(&reg, "workers", |v| v.is_valid() && v.workers.len() == 3).await;
+    let since1 = v1.valid_since().unwrap();
+    early_sim.crash().await;
+    let v = wait_view(&reg, "early loss", |v| {
+        v.lost_at(NodeKind::Worker, early).is_some()
+    })
+    .await;
+    let early_lost = v.lost_at(NodeKind::Worker, early).unwrap();
+
+    // Freeze the server for longer than the adapter's session timeout (but
+    // shorter than the simulated worker's): only the adapter's session expires.
+    zk.pause().unwrap();
+    wait_view(&reg, "invalid while the server is frozen", |v| {
+        !v.is_valid()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    zk.resume().unwrap();
+    let v2 = wait_view(&reg, "valid after a new session listed", |v| {
+        v.is_valid() && v.valid_since().is_some_and(|s| s > since1)
+    })
+    .await;
+    assert!(reg.stats().session_expirations >= 1, "{:?}", reg.stats());
+    assert!(v2.live(NodeKind::Worker, h).is_some(), "{v2:#?}");
+    let since2 = v2.valid_since().unwrap();
+    // SPEC §4.1: after an expiry, absence clocks restart from the rebuild's listing
+    let relost = v2
+        .lost_at(NodeKind::Worker, early)
+        .expect("earlier loss kept");
+    assert!(
+        relost > early_lost && relost >= since2,
+        "{relost} vs {early_lost} / {since2}"
+    );
+    // the short-session worker expired with the pause: lost, never before the rebuild
+    let v3 = wait_view(&reg, "short-session worker lost", |v| {
+        v.lost_at(NodeKind::Worker, short).is_some()
+    })
+    .await;
+    assert!(v3.lost_at(NodeKind::Worker, short).unwrap() >= since2);
+    assert!(v3.live(NodeKind::Worker, h).is_some());
+    reg.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_gone_around_a_server_restart_is_lost_after_it() {
+    if !private_zk_available() {
+        return;
+    }
+    let mut zk = PrivateZk::start().await.unwrap();
+    let connect = zk.connect_string();
+    let root = "/dolphinscheduler";
+    let mut opts = sim_opts();
+    opts.session_timeout = Duration::from_secs(30);
+    let (stay, go) = ("10.0.3.1:1234", "10.0.3.2:1234");
+    let _a = SimServer::register_with(
+        &connect,
+        root,
+        DsLine::V3_2,
+        NodeKind::Worker,
+        stay,
+        &[],
+        Utc::now(),
+        opts.clone(),
+    )
+    .await
+    .unwrap();
+    let mut b = SimServer::register_with(
+        &connect,
+        root,
+        DsLine::V3_2,
+        NodeKind::Worker,
+        go,
+        &[],
+        Utc::now(),
+        opts,
+    )
+    .await
+    .unwrap();
+    let mut s = settings(&connect, root, None);
+    s.session_timeout = Duration::from_secs(20);
+    let reg = Registry::start(s, CancellationToken::new());
+    wait_view(&reg, "two workers", |v| {
+        v.is_valid() && v.workers.len() == 2
+    })
+    .await;
+    // The adapter is cut off (server down); right after the restart another
+    // client deletes the worker's node, racing the adapter's reconnect.
+    zk.stop().await.unwrap();
+    wait_view(&reg, "invalid", |v| !v.is_valid()).await;
+    zk.start_again().await.unwrap();
+    let restarted = Utc::now();
+    let other = zookeeper_client::Client::connect(&connect).await.unwrap();
+    let path = b.paths()[0].clone();
+    // delete before the adapter reconnects and re-lists (best effort race; the
+    // assertion below holds whichever way it goes)
+    let _ = other.delete(&path, None).await;
+    b.crash().await;
+    let v = wait_view(&reg, "valid with the worker lost", |v| {
+        v.is_valid()
+            && v.live(NodeKind::Worker, go).is_none()
+            && v.live(NodeKind::Worker, stay).is_some()
+    })
+    .await;
+    // Whether the adapter saw the deletion as an event or by re-listing, the
+    // loss is stamped by its own clock when processed, never before.
+    let lost = v.lost_at(NodeKind::Worker, go).expect("loss recorded");
+    assert!(
+        lost >= restarted && lost <= Utc::now(),
+        "{lost} vs {restarted}"
+    );
+    assert!(matches!(v.state, ViewState::Valid { .. }));
+    reg.close().await;
+}
