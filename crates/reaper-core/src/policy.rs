@@ -213,6 +213,16 @@ impl Policy {
         }
     }
 
+    pub fn set_default_action(&mut self, reason: Reason, action: Action) {
+        match reason {
+            Reason::WorkerLost => self.worker_lost = action,
+            Reason::WorkerRestarted => self.worker_restarted = action,
+            Reason::HeartbeatStale => self.heartbeat_stale = action,
+            Reason::MasterLost => self.master_lost = action,
+            Reason::NoHost => self.no_host = action,
+        }
+    }
+
     /// The action and follow-up for a zombie: the first matching rule, with
     /// the `[policy]` defaults for whatever the rule leaves out.
     pub fn decide(&self, facts: &RuleFacts<'_>) -> (Action, FollowUp) {

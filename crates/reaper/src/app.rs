@@ -1,0 +1,226 @@
+//! Building the adapters from the settings, and the `run` daemon: sweeper
+//! loop, HTTP server, systemd notifications and graceful shutdown.
+
+use crate::config::{Settings, VersionSetting};
+use crate::engine::{next_deadline, Engine, SharedEngine, Trigger};
+use crate::metrics::Metrics;
+use anyhow::Context;
+use chrono::Utc;
+use reaper_core::{RegistryView, ViewState};
+use reaper_sql::{Db, DbSettings};
+use reaper_zk::{LeaderElection, Registry, ZkSettings};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// The whole stop must fit in SPEC §7's 10 s.
+const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(8);
+
+pub fn zk_settings(s: &Settings) -> ZkSettings {
+    ZkSettings {
+        connect: s.zk_connect.clone(),
+        root: s.zk_root.clone(),
+        session_timeout: s.zk_session_timeout,
+        request_timeout: Duration::from_secs(10)
+            .min(s.zk_session_timeout.max(Duration::from_secs(2))),
+        line: match s.version {
+            VersionSetting::Line(l) => Some(l),
+            VersionSetting::Auto => None,
+        },
+        zone: s.time_zone,
+    }
+}
+
+pub fn db_settings(s: &Settings) -> DbSettings {
+    DbSettings {
+        url: s.db_url.expose().to_string(),
+        password: s.db_password.as_ref().map(|p| p.expose().to_string()),
+        max_connections: s.db_max_connections,
+        statement_timeout: s.db_statement_timeout,
+        zone: s.time_zone,
+    }
+}
+
+/// Builds the engine; with `elect`, also joins the leader election.
+pub fn build(
+    settings: Settings,
+    cancel: &CancellationToken,
+    elect: bool,
+) -> anyhow::Result<SharedEngine> {
+    let db = Db::connect_lazy(&db_settings(&settings)).context("database")?;
+    let zk = zk_settings(&settings);
+    let registry = Registry::start(zk.clone(), cancel.child_token());
+    let leader = (elect && settings.leader_enabled).then(|| {
+        let id = format!(
+            "{}:{}",
+            std::env::var("HOSTNAME").unwrap_or_else(|_| "ds-reaper".into()),
+            std::process::id()
+        );
+        LeaderElection::start(zk, settings.leader_path.clone(), id, cancel.child_token())
+    });
+    Ok(Arc::new(Engine::new(
+        settings,
+        db,
+        registry,
+        leader,
+        Metrics::new(),
+    )))
+}
+
+/// Membership and validity, ignoring heartbeat data: a change here is worth a sweep.
+fn membership(v: &RegistryView) -> (bool, Vec<String>, Vec<String>) {
+    let mut w: Vec<String> = v.workers.keys().cloned().collect();
+    w.sort();
+    let mut m: Vec<String> = v.masters.keys().cloned().collect();
+    m.sort();
+    (matches!(v.state, ViewState::Valid { .. }), w, m)
+}
+
+fn to_tokio(at: chrono::DateTime<Utc>) -> tokio::time::Instant {
+    let d = (at - Utc::now()).to_std().unwrap_or(Duration::ZERO);
+    tokio::time::Instant::now() + d
+}
+
+async fn sweeper(engine: SharedEngine, cancel: CancellationToken) {
+    let mut views = engine.registry.subscribe();
+    let interval = engine
+        .settings
+        .sweep_interval
+        .max(Duration::from_millis(100));
+    let mut next_tick = tokio::time::Instant::now() + interval;
+    let mut last = membership(&engine.registry.view());
+    let mut lost_seen = engine.registry.view().lost_workers.len();
+    let mut watchdog = tokio::time::interval(Duration::from_secs(5));
+    let mut ready_sent = false;
+    let mut pending_event: Option<tokio::time::Instant> = None;
+    loop {
+        let view = engine.registry.view();
+        let deadline = next_deadline(&view, &engine.settings, Utc::now())
+            .map(|d| to_tokio(d) + Duration::from_millis(20));
+        let mut wake = next_tick;
+        for d in [deadline, pending_event].into_iter().flatten() {
+            wake = wake.min(d);
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = tokio::time::sleep_until(wake) => {
+                let trigger = if pending_event.is_some_and(|p| p <= tokio::time::Instant::now()) {
+                    Trigger::Event
+                } else {
+                    Trigger::Tick
+                };
+                pending_event = None;
+                if tokio::time::Instant::now() >= next_tick {
+                    next_tick = tokio::time::Instant::now() + interval;
+                }
+                let s = engine.sweep(trigger).await;
+                tracing::debug!(result = %s.result, kind = s.kind, candidates = s.candidates,
+                    zombies = s.zombies, actions = s.actions, "sweep");
+            }
+            changed = views.changed() => {
+                if changed.is_err() {
+                    // the registry loop ended (shutdown): keep ticking until cancelled
+                    views = engine.registry.subscribe();
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+                let v = views.borrow_and_update().clone();
+                let now_lost = v.lost_workers.len();
+                if now_lost > lost_seen {
+                    engine.metrics.workers_lost_total.inc_by((now_lost - lost_seen) as u64);
+                }
+                lost_seen = now_lost;
+                let m = membership(&v);
+                if m != last {
+                    last = m;
+                    // Coalesce bursts (a whole rack leaving) into one sweep.
+                    pending_event.get_or_insert(tokio::time::Instant::now() + Duration::from_millis(300));
+                }
+            }
+            _ = watchdog.tick() => {
+                // From the sweeper loop, so a hung loop stops the pings and
+                // systemd restarts us.
+                let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]);
+                if !ready_sent && crate::http::not_ready(&engine).await.is_none() {
+                    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
+                    tracing::info!("ready: registry view valid and database answering");
+                    ready_sent = true;
+                }
+            }
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; only SIGINT stops the daemon");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// The daemon. Returns when stopped by a signal.
+pub async fn run(settings: Settings) -> anyhow::Result<()> {
+    let cancel = CancellationToken::new();
+    let listen = settings.http_listen;
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        zookeeper = %settings.zk_connect,
+        root = %settings.zk_root,
+        database = %reaper_sql::redact_url(settings.db_url.expose()),
+        leader_election = settings.leader_enabled,
+        "starting ds-reaper"
+    );
+    let engine = build(settings, &cancel, true)?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    tracing::info!(%listen, "HTTP listening");
+
+    let http_cancel = cancel.clone();
+    let app = crate::http::router(engine.clone());
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { http_cancel.cancelled().await })
+            .await
+    });
+    let sweep = tokio::spawn(sweeper(engine.clone(), cancel.clone()));
+
+    shutdown_signal().await;
+    tracing::info!("stopping: finishing the current sweep");
+    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
+    cancel.cancel();
+    let drain = async {
+        let _ = sweep.await;
+        // Closing the sessions at once hands leadership to a standby now,
+        // not after a session timeout.
+        if let Some(l) = &engine.leader {
+            l.close().await;
+        }
+        engine.registry.close().await;
+        let _ = server.await;
+    };
+    if tokio::time::timeout(SHUTDOWN_DEADLINE, drain)
+        .await
+        .is_err()
+    {
+        tracing::warn!("shutdown deadline passed; exiting anyway");
+    }
+    tracing::info!("stopped");
+    Ok(())
+}

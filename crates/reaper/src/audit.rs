@@ -1,0 +1,208 @@
+//! The audit trail (SPEC §10): one JSON line per event, appended and fsynced
+//! before the call returns, so an `intent` is on disk before its write starts.
+//! A crash mid-append leaves at worst one torn last line, which readers skip.
+
+use reaper_core::{Evidence, Instant};
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub ts: Instant,
+    /// detected | intent | done | lost_race | error | brake
+    pub event: String,
+    pub task_id: Option<i64>,
+    pub workflow_instance_id: Option<i64>,
+    pub task_name: Option<String>,
+    pub host: Option<String>,
+    pub worker_group: Option<String>,
+    pub reason: Option<String>,
+    pub evidence: Option<Evidence>,
+    pub from_state: Option<String>,
+    pub to_state: Option<String>,
+    pub action: Option<String>,
+    pub workflow: Option<String>,
+    /// daemon | cli:<user> | api
+    pub actor: String,
+    pub ds_line: Option<String>,
+    /// Free text: the error, the follow-up's outcome, why the brake engaged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+impl Record {
+    pub fn event(event: &str, actor: &str, ts: Instant) -> Record {
+        Record {
+            ts,
+            event: event.to_string(),
+            task_id: None,
+            workflow_instance_id: None,
+            task_name: None,
+            host: None,
+            worker_group: None,
+            reason: None,
+            evidence: None,
+            from_state: None,
+            to_state: None,
+            action: None,
+            workflow: None,
+            actor: actor.to_string(),
+            ds_line: None,
+            detail: None,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("audit file {path}: {source}")]
+pub struct AuditError {
+    path: PathBuf,
+    #[source]
+    source: std::io::Error,
+}
+
+pub struct Audit {
+    path: PathBuf,
+    file: Mutex<Option<std::fs::File>>,
+}
+
+impl Audit {
+    pub fn new(path: impl Into<PathBuf>) -> Audit {
+        Audit {
+            path: path.into(),
+            file: Mutex::new(None),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn err(&self, source: std::io::Error) -> AuditError {
+        AuditError {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    fn open(&self) -> Result<std::fs::File, AuditError> {
+        if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| self.err(e))?;
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .read(true)
+            .open(&self.path)
+            .map_err(|e| self.err(e))?;
+        // A previous crash may have left a torn line: start ours on a fresh one.
+        let len = f.metadata().map_err(|e| self.err(e))?.len();
+        if len > 0 {
+            let mut last = [0u8; 1];
+            f.seek(SeekFrom::Start(len - 1)).map_err(|e| self.err(e))?;
+            std::io::Read::read_exact(&mut f, &mut last).map_err(|e| self.err(e))?;
+            if last[0] != b'\n' {
+                f.write_all(b"\n").map_err(|e| self.err(e))?;
+            }
+        }
+        Ok(f)
+    }
+
+    /// Appends records as one write and fsyncs (blocking; call from spawn_blocking
+    /// or accept the short block: audit writes precede DB writes by design).
+    pub fn append(&self, records: &[Record]) -> Result<(), AuditError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let mut buf = Vec::new();
+        for r in records {
+            serde_json::to_writer(&mut buf, r).map_err(|e| self.err(e.into()))?;
+            buf.push(b'\n');
+        }
+        let mut guard = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.is_none() {
+            *guard = Some(self.open()?);
+        }
+        let f = guard.as_mut().expect("opened above");
+        let res = f.write_all(&buf).and_then(|_| f.sync_data());
+        if let Err(e) = res {
+            // Reopen next time: the handle may be broken (disk replaced, rotated).
+            *guard = None;
+            return Err(self.err(e));
+        }
+        Ok(())
+    }
+
+    /// The latest `limit` records, oldest first. Torn or foreign lines are skipped.
+    pub fn tail(&self, limit: usize) -> Result<Vec<Record>, AuditError> {
+        let f = match std::fs::File::open(&self.path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(self.err(e)),
+        };
+        let mut ring = std::collections::VecDeque::with_capacity(limit.min(10_000));
+        for line in std::io::BufReader::new(f).lines() {
+            let Ok(line) = line else { continue };
+            if let Ok(r) = serde_json::from_str::<Record>(&line) {
+                if ring.len() == limit {
+                    ring.pop_front();
+                }
+                if limit > 0 {
+                    ring.push_back(r);
+                }
+            }
+        }
+        Ok(ring.into_iter().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn appends_and_tails() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = Audit::new(dir.path().join("sub/audit.jsonl"));
+        let now = chrono::Utc::now();
+        for i in 0..5 {
+            let mut r = Record::event("intent", "daemon", now);
+            r.task_id = Some(i);
+            a.append(&[r]).unwrap();
+        }
+        let t = a.tail(3).unwrap();
+        assert_eq!(
+            t.iter().map(|r| r.task_id.unwrap()).collect::<Vec<_>>(),
+            vec![2, 3, 4]
+        );
+    }
+
+    #[test]
+    fn survives_a_torn_last_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("audit.jsonl");
+        let now = chrono::Utc::now();
+        let a = Audit::new(&p);
+        a.append(&[Record::event("intent", "daemon", now)]).unwrap();
+        drop(a);
+        // simulate a crash in the middle of a write
+        let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+        f.write_all(b"{\"ts\":\"2024-").unwrap();
+        drop(f);
+        let a = Audit::new(&p);
+        a.append(&[Record::event("done", "daemon", now)]).unwrap();
+        let t = a.tail(10).unwrap();
+        assert_eq!(
+            t.iter().map(|r| r.event.as_str()).collect::<Vec<_>>(),
+            vec!["intent", "done"]
+        );
+    }
+
+    #[test]
+    fn missing_file_is_empty() {
+        let a = Audit::new("/nonexistent/dir/audit.jsonl");
+        assert!(a.tail(10).unwrap().is_empty());
+    }
+}
