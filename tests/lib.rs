@@ -1,1 +1,346 @@
-//! End-to-end tests of ds-reaper against real services.
+//! Harness for the end-to-end tests: a simulated DS cluster (real ZooKeeper
+//! sessions, a real DS schema in a real database) and the `ds-reaper` binary
+//! started as a process with a config file.
+
+use anyhow::{bail, Context, Result};
+use ds_sim::db::{SimDb, SimKind};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+pub use ds_sim;
+
+/// How long a test waits for a condition before failing (generous: no timing assertions).
+pub const WAIT: Duration = Duration::from_secs(60);
+
+pub fn zk_connect() -> String {
+    std::env::var("DS_TEST_ZK").unwrap_or_else(|_| "127.0.0.1:2181".into())
+}
+
+/// Fails in CI, skips (returning false) elsewhere, when a service is missing.
+pub async fn services_up() -> bool {
+    let zk = zk_connect();
+    let port = zk
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(2181);
+    let zk_ok = ds_sim::zkserver::ruok(port).await;
+    let my_ok = tokio::net::TcpStream::connect("127.0.0.1:3306")
+        .await
+        .is_ok();
+    let pg_ok = tokio::net::TcpStream::connect("127.0.0.1:5432")
+        .await
+        .is_ok();
+    if zk_ok && my_ok && pg_ok {
+        return true;
+    }
+    let msg = format!(
+        "services missing: zookeeper={zk_ok} mariadb={my_ok} postgres={pg_ok}; run deploy/dev/services.sh start"
+    );
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{msg} (CI=true)");
+    }
+    eprintln!("SKIPPED: {msg}");
+    false
+}
+
+static N: AtomicU64 = AtomicU64::new(0);
+
+/// A ZooKeeper root of the test's own.
+pub fn unique_root() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "/e2e-{}-{}-{}/dolphinscheduler",
+        std::process::id(),
+        nanos % 1_000_000_000,
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// The `ds-reaper` binary: `DS_REAPER_BIN`, or the workspace's debug build
+/// (built on first use when missing).
+pub fn binary() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("DS_REAPER_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+            let target = std::env::var_os("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| root.join("target"));
+            let bin = target.join("debug").join("ds-reaper");
+            let status = std::process::Command::new(env!("CARGO"))
+                .args(["build", "-q", "-p", "reaper", "--bin", "ds-reaper"])
+                .current_dir(&root)
+                .status()
+                .map_err(|e| format!("cargo build: {e}"))?;
+            if !status.success() || !bin.exists() {
+                return Err(format!(
+                    "building ds-reaper failed ({status}); expected {}",
+                    bin.display()
+                ));
+            }
+            Ok(bin)
+        })
+        .clone()
+        .map_err(anyhow::Error::msg)
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(19477)
+}
+
+/// A running `ds-reaper run` process.
+pub struct Daemon {
+    pub child: tokio::process::Child,
+    pub port: u16,
+    pub dir: tempfile::TempDir,
+    pub config: PathBuf,
+    pub log: PathBuf,
+    client: reqwest::Client,
+}
+
+/// The config of a test daemon: short timings, its own root, audit and port.
+pub fn config_toml(db_url: &str, root: &str, port: u16, audit: &str, extra: &str) -> String {
+    format!(
+        r#"
+[dolphinscheduler]
+version = "auto"
+time_zone = "UTC"
+[zookeeper]
+connect = "{zk}"
+root = "{root}"
+session_timeout = "10s"
+[database]
+url = "{db_url}"
+[reconcile]
+sweep_interval = "1s"
+full_scan_interval = "30s"
+grace_period = "2s"
+startup_settle = "1s"
+heartbeat_stale_after = "1h"
+no_host_after = "1h"
+[http]
+listen = "127.0.0.1:{port}"
+[audit]
+path = "{audit}"
+[log]
+format = "json"
+level = "info"
+{extra}
+"#,
+        zk = zk_connect()
+    )
+}
+
+impl Daemon {
+    /// Starts `ds-reaper run`; `extra` is appended to the generated config
+    /// (later keys of a section must go in their own `[section]` table, so
+    /// pass whole sections the base config does not have, e.g. `[policy]`).
+    pub async fn start(db_url: &str, root: &str, extra: &str) -> Result<Daemon> {
+        Self::start_with_env(db_url, root, extra, &[]).await
+    }
+
+    pub async fn start_with_env(
+        db_url: &str,
+        root: &str,
+        extra: &str,
+        env: &[(&str, &str)],
+    ) -> Result<Daemon> {
+        let dir = tempfile::tempdir()?;
+        let port = free_port();
+        let audit = dir.path().join("audit.jsonl");
+        let config = dir.path().join("config.toml");
+        std::fs::write(
+            &config,
+            config_toml(db_url, root, port, &audit.display().to_string(), extra),
+        )?;
+        let log = dir.path().join("daemon.log");
+        let logf = std::fs::File::create(&log)?;
+        let mut cmd = tokio::process::Command::new(binary()?);
+        cmd.arg("--config")
+            .arg(&config)
+            .arg("run")
+            .stdin(Stdio::null())
+            .stdout(logf.try_clone()?)
+            .stderr(logf)
+            .kill_on_drop(true);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().context("spawning ds-reaper")?;
+        let d = Daemon {
+            child,
+            port,
+            dir,
+            config,
+            log,
+            client: reqwest::Client::new(),
+        };
+        d.wait_http().await?;
+        Ok(d)
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    async fn wait_http(&self) -> Result<()> {
+        let deadline = Instant::now() + WAIT;
+        while Instant::now() < deadline {
+            if let Ok(r) = self.client.get(self.url("/healthz")).send().await {
+                if r.status().is_success() {
+                    return Ok(());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        bail!(
+            "ds-reaper did not answer /healthz; log:\n{}",
+            self.log_text()
+        )
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub async fn get(&self, path: &str) -> Result<(u16, String)> {
+        let r = self.client.get(self.url(path)).send().await?;
+        Ok((r.status().as_u16(), r.text().await?))
+    }
+
+    pub async fn json(&self, path: &str) -> Result<serde_json::Value> {
+        let (code, body) = self.get(path).await?;
+        if code != 200 {
+            bail!("GET {path}: {code} {body}");
+        }
+        Ok(serde_json::from_str(&body)?)
+    }
+
+    pub async fn post(&self, path: &str, token: Option<&str>, body: &str) -> Result<(u16, String)> {
+        let mut rq = self.client.post(self.url(path)).body(body.to_string());
+        if let Some(t) = token {
+            rq = rq.bearer_auth(t);
+        }
+        let r = rq.send().await?;
+        Ok((r.status().as_u16(), r.text().await?))
+    }
+
+    /// The value of a metric line (exact name with labels), if present.
+    pub async fn metric(&self, series: &str) -> Result<Option<f64>> {
+        let (_, text) = self.get("/metrics").await?;
+        Ok(text.lines().find_map(|l| {
+            let (name, value) = l.rsplit_once(' ')?;
+            (name == series).then(|| value.parse().ok()).flatten()
+        }))
+    }
+
+    pub async fn wait_metric(&self, series: &str, pred: impl Fn(f64) -> bool) -> Result<f64> {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(v) = self.metric(series).await? {
+                if pred(v) {
+                    return Ok(v);
+                }
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "metric {series} never satisfied the condition (last {:?}); log:\n{}",
+                    self.metric(series).await?,
+                    self.log_text()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Waits until the registry view is valid and a sweep completed.
+    pub async fn wait_ready(&self) -> Result<()> {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let (code, _) = self.get("/readyz").await?;
+            if code == 200 {
+                let s = self.json("/api/v1/status").await?;
+                if s["last_sweep"]["result"] == "ok" {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("ds-reaper never became ready; log:\n{}", self.log_text());
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    pub fn audit(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.dir.path().join("audit.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// SIGTERM, then the exit code.
+    pub async fn terminate(&mut self) -> Result<Option<i32>> {
+        if let Some(pid) = self.child.id() {
+            std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status()?;
+        }
+        let st = tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .context("ds-reaper did not stop within 30 s of SIGTERM")??;
+        Ok(st.code())
+    }
+}
+
+/// Waits for an async condition.
+pub async fn wait_until<F, Fut>(what: &str, mut f: F) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<bool>>,
+{
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if f().await? {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("timed out waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A database of a DS line with its schema loaded.
+pub async fn sim_db(kind: SimKind, fixture: &str) -> Result<SimDb> {
+    SimDb::create(kind, fixture).await
+}
+
+/// Runs a `ds-reaper` command to completion: (exit code, stdout, stderr).
+pub async fn run_cli(args: &[&str], env: &[(&str, &str)]) -> Result<(i32, String, String)> {
+    let mut cmd = tokio::process::Command::new(binary()?);
+    cmd.args(args).stdin(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(120), cmd.output())
+        .await
+        .context("ds-reaper command did not finish within 120 s")??;
+    Ok((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
