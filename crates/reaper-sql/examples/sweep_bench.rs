@@ -281,7 +281,11 @@ async fn bench(kind: SimKind, rows: u64) -> Result<Row> {
         let one = raw_once(kind, &url, &name, &upd)?;
         upd_t.push(one);
     }
-    sim.drop().await?;
+    if std::env::var_os("BENCH_KEEP").is_some() {
+        eprintln!("   kept database {}", sim.url());
+    } else {
+        sim.drop().await?;
+    }
     Ok(Row {
         db: label,
         rows,
@@ -354,7 +358,12 @@ async fn main() -> Result<()> {
     };
     let mut out = vec![];
     for &n in &sizes {
-        for kind in [SimKind::MySql, SimKind::Postgres] {
+        let kinds = match std::env::var("BENCH_DB").as_deref() {
+            Ok("mariadb") => vec![SimKind::MySql],
+            Ok("postgresql") => vec![SimKind::Postgres],
+            _ => vec![SimKind::MySql, SimKind::Postgres],
+        };
+        for &kind in &kinds {
             out.push(bench(kind, n).await?);
         }
     }

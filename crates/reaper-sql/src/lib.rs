@@ -364,27 +364,39 @@ impl Db {
         if states.is_empty() {
             return Err(SqlError::Invalid("no states to scan".into()));
         }
-        let top_now = self.max_id().await?;
+        let old = cursor.old_tracked();
+        // The top id, the range above the mark and the tracked rows below it
+        // are independent reads: with a pool of several connections they
+        // overlap, so the sweep costs about as much as its range scan alone.
+        let range = async {
+            let mut rows = Vec::new();
+            let mut after = mark;
+            loop {
+                let page = self.page(line, Select::Unfinished, after).await?;
+                let n = page.len();
+                if let Some(last) = page.last() {
+                    after = last.row.id;
+                }
+                rows.extend(page);
+                if (n as i64) < PAGE {
+                    break;
+                }
+            }
+            Ok::<_, SqlError>(rows)
+        };
+        let tracked = async {
+            let mut rows = Vec::new();
+            for chunk in old.chunks(ID_BATCH) {
+                rows.extend(self.by_ids(line, chunk).await?);
+            }
+            Ok::<_, SqlError>(rows)
+        };
+        let (top_now, range_rows, tracked_rows) = tokio::try_join!(self.max_id(), range, tracked)?;
         let mut out = Vec::new();
         let mut known = BTreeSet::new();
         let mut pending = BTreeSet::new();
-        let mut after = mark;
-        loop {
-            let rows = self.page(line, Select::Unfinished, after).await?;
-            let n = rows.len();
-            if let Some(last) = rows.last() {
-                after = last.row.id;
-            }
-            classify(rows, states, &mut out, &mut known, &mut pending);
-            if (n as i64) < PAGE {
-                break;
-            }
-        }
-        let old = cursor.old_tracked();
-        for chunk in old.chunks(ID_BATCH) {
-            let rows = self.by_ids(line, chunk).await?;
-            classify(rows, states, &mut out, &mut known, &mut pending);
-        }
+        classify(range_rows, states, &mut out, &mut known, &mut pending);
+        classify(tracked_rows, states, &mut out, &mut known, &mut pending);
         out.sort_by_key(|c| c.id);
         cursor.known = known;
         cursor.pending = pending;
