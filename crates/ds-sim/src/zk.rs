@@ -369,6 +369,191 @@ impl Drop for SimServer {
     }
 }
 
+/// A host and its node paths relative to the root.
+type HostPaths = (String, Vec<String>);
+
+/// Many servers of one line on a single session, for load tests and benchmarks
+/// (thousands of [`SimServer`]s would need thousands of sessions). Every
+/// host's heartbeat is rewritten each `opts.interval`, spread over the interval
+/// like independent servers.
+pub struct SimFleet {
+    client: zk::Client,
+    root: String,
+    line: DsLine,
+    zone: Zone,
+    startup: Instant,
+    /// host -> node paths (relative to the root)
+    hosts: Arc<Mutex<Vec<HostPaths>>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl SimFleet {
+    #[allow(clippy::too_many_arguments)]
+    pub async fn register(
+        connect: &str,
+        root: &str,
+        line: DsLine,
+        kind: NodeKind,
+        hosts: &[String],
+        groups: &[&str],
+        startup_time: Instant,
+        opts: SimOptions,
+    ) -> anyhow::Result<SimFleet> {
+        let client = call(
+            zk::Client::connector()
+                .with_session_timeout(opts.session_timeout)
+                .connect(connect),
+        )
+        .await?;
+        let root = root_prefix(root);
+        let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+        let mut all = Vec::new();
+        let mut parents = std::collections::BTreeSet::new();
+        for h in hosts {
+            let paths = node_paths(line, kind, h, groups);
+            for p in &paths {
+                if let Some((parent, _)) = p.rsplit_once('/') {
+                    parents.insert(format!("{root}{parent}"));
+                }
+            }
+            all.push((h.clone(), paths));
+        }
+        for p in &parents {
+            call(client.mkdir(p, &persistent)).await?;
+        }
+        let now = Utc::now();
+        let mut jobs = Vec::new();
+        for (h, paths) in &all {
+            let data = encode_heartbeat_for(line, h, startup_time, now, opts.zone);
+            jobs.extend(paths.iter().map(|p| (format!("{root}{p}"), data.clone())));
+        }
+        // The client sends each request when the call is made, so a chunk of
+        // calls is pipelined on the connection before any reply is awaited.
+        for chunk in jobs.chunks(256) {
+            let futs: Vec<_> = chunk
+                .iter()
+                .map(|(p, d)| client.create(p, d.as_bytes(), &ephemeral))
+                .collect();
+            for f in futs {
+                call(f).await?;
+            }
+        }
+        let hosts = Arc::new(Mutex::new(all));
+        let task = {
+            let (client, root, hosts, zone) =
+                (client.clone(), root.clone(), hosts.clone(), opts.zone);
+            let interval = opts.interval;
+            tokio::spawn(async move {
+                loop {
+                    let snapshot: Vec<HostPaths> =
+                        hosts.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                    let n = snapshot.len().max(1) as u32;
+                    let gap = interval / n;
+                    for (h, paths) in snapshot {
+                        let data = encode_heartbeat_for(line, &h, startup_time, Utc::now(), zone);
+                        for p in paths {
+                            // not awaited one by one: the client pipelines them
+                            let fut = client.set_data(&format!("{root}{p}"), data.as_bytes(), None);
+                            tokio::spawn(async move {
+                                let _ = tokio::time::timeout(CALL_TIMEOUT, fut).await;
+                            });
+                        }
+                        tokio::time::sleep(gap).await;
+                    }
+                }
+            })
+        };
+        Ok(SimFleet {
+            client,
+            root,
+            line,
+            zone: opts.zone,
+            startup: startup_time,
+            hosts,
+            task: Some(task),
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.hosts.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Removes one host's node(s), as if that server died. Returns false for an unknown host.
+    pub async fn remove_host(&self, host: &str) -> anyhow::Result<bool> {
+        let paths = {
+            let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
+            match hosts.iter().position(|(h, _)| h == host) {
+                Some(i) => hosts.swap_remove(i).1,
+                None => return Ok(false),
+            }
+        };
+        for p in paths {
+            match call(self.client.delete(&format!("{}{p}", self.root), None)).await {
+                Ok(()) => {}
+                Err(e) if e.downcast_ref::<zk::Error>() == Some(&zk::Error::NoNode) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Registers one more host on the fleet's session.
+    pub async fn add_host(
+        &self,
+        host: &str,
+        kind: NodeKind,
+        groups: &[&str],
+    ) -> anyhow::Result<()> {
+        let paths = node_paths(self.line, kind, host, groups);
+        let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+        let data = encode_heartbeat_for(self.line, host, self.startup, Utc::now(), self.zone);
+        for p in &paths {
+            let full = format!("{}{p}", self.root);
+            if let Some((parent, _)) = full.rsplit_once('/') {
+                call(self.client.mkdir(parent, &persistent)).await?;
+            }
+            call(self.client.create(&full, data.as_bytes(), &ephemeral)).await?;
+        }
+        self.hosts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((host.to_string(), paths));
+        Ok(())
+    }
+
+    /// Closes the session: every node of the fleet disappears at once.
+    pub async fn close(mut self) {
+        if let Some(t) = self.task.take() {
+            t.abort();
+            let _ = t.await;
+        }
+        let mut states = self.client.state_watcher();
+        let client = self.client.clone();
+        drop(self);
+        drop(client);
+        let _ = tokio::time::timeout(Duration::from_secs(5), async {
+            while !states.peek_state().is_terminated() {
+                states.changed().await;
+            }
+        })
+        .await;
+    }
+}
+
+impl Drop for SimFleet {
+    fn drop(&mut self) {
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+    }
+}
+
 /// 1.2.x: adds `<root>/tasks_queue/<procPrio>_<procInstId>_<taskPrio>_<taskInstId>_<ips>`
 /// (persistent, as 1.2.1 `TaskQueueZkImpl.add`); `ips` is `-1` or the workers' IPs as longs.
 /// Returns the full path.

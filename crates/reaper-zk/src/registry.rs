@@ -541,8 +541,12 @@ impl Loop {
                         if let Some(o) = terminal(s) {
                             break 'conn o;
                         }
-                        if s == zk::SessionState::Disconnected {
-                            tracing::warn!("disconnected from ZooKeeper");
+                        // Any change here is a connection loss: a quick
+                        // Disconnected -> SyncConnected may reach us as the
+                        // latter only, and the watches and events of that gap
+                        // are lost all the same.
+                        {
+                            tracing::warn!(state = ?s, "ZooKeeper connection lost");
                             self.invalidate("disconnected from ZooKeeper".to_string());
                             if let Err(o) = self.wait_connected(&mut states).await {
                                 break 'conn o;

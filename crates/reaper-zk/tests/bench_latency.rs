@@ -121,3 +121,95 @@ async fn server_restart_to_valid_view() {
     );
     reg.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn large_cluster_2000_workers() {
+    let Some(zk) = shared_zk().await else { return };
+    let root = unique_root();
+    let n = 2000;
+    let hosts: Vec<String> = (0..n)
+        .map(|i| format!("10.1.{}.{}:1234", i / 250, i % 250))
+        .collect();
+    let mut opts = sim_opts();
+    opts.interval = Duration::from_secs(10);
+    let t = Instant::now();
+    let fleet = ds_sim::zk::SimFleet::register(
+        &zk,
+        &root,
+        DsLine::V3_2,
+        NodeKind::Worker,
+        &hosts,
+        &[],
+        Utc::now(),
+        opts,
+    )
+    .await
+    .unwrap();
+    println!(
+        "registered {n} workers on one session in {}",
+        ms(t.elapsed())
+    );
+    let t = Instant::now();
+    let reg = Registry::start(settings(&zk, &root, None), CancellationToken::new());
+    wait_view(&reg, "all workers listed", |v| {
+        v.is_valid() && v.workers.len() == n
+    })
+    .await;
+    println!("connect + full listing of {n} workers: {}", ms(t.elapsed()));
+
+    // heartbeats of 2000 workers stream in (200 writes/s); count view publications
+    let mut rx = reg.subscribe();
+    let counting = Instant::now();
+    let counter = tokio::spawn(async move {
+        let mut k = 0u64;
+        while rx.changed().await.is_ok() {
+            k += 1;
+        }
+        k
+    });
+    let mut samples = Vec::new();
+    for h in hosts.iter().take(20) {
+        let mut rx = reg.subscribe();
+        rx.borrow_and_update();
+        let t0 = Instant::now();
+        assert!(fleet.remove_host(h).await.unwrap());
+        tokio::time::timeout(WAIT, rx.wait_for(|v| v.live(NodeKind::Worker, h).is_none()))
+            .await
+            .unwrap()
+            .unwrap();
+        samples.push(t0.elapsed());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!(
+        "deletion -> view update under heartbeat load of {n} workers: median {} (max {}, n=20)",
+        ms(median(samples.clone())),
+        ms(*samples.iter().max().unwrap())
+    );
+    let t = Instant::now();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let v = reg.view();
+    let fresh = v
+        .workers
+        .values()
+        .filter(|w| {
+            w.report_time
+                .is_some_and(|r| Utc::now() - r < chrono::TimeDelta::seconds(15))
+        })
+        .count();
+    println!(
+        "after {:.0} s more: {} live workers, {} with a reportTime younger than 15 s, stats {:?}",
+        t.elapsed().as_secs_f64(),
+        v.workers.len(),
+        fresh,
+        reg.stats()
+    );
+    reg.close().await;
+    let published = counter.await.unwrap();
+    println!(
+        "view publications over {:.0} s of heartbeats (incl. the 20 deletions): {published}",
+        counting.elapsed().as_secs_f64()
+    );
+    fleet.close().await;
+    let _ = ds_sim::zk::delete_tree(&zk, root.trim_end_matches("/dolphinscheduler")).await;
+}
