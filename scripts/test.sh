@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The one test command: starts the local services (installing them on a fresh
-# Debian machine), then format check, clippy, and every test of the workspace.
+# Debian machine), then format check, clippy, the deployment checks, and every
+# test of the workspace (unit, integration against ZooKeeper/MariaDB/PostgreSQL,
+# end-to-end against the ds-reaper binary, chaos, real Prometheus).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,7 +14,11 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== build binaries (the end-to-end tests start them as processes)"
+cargo build --workspace --bins --locked
+echo "== deployment artifacts (promtool, systemd-analyze, dashboard, manifests)"
+bash scripts/check-deploy.sh
 echo "== cargo test"
-# Integration tests share one ZooKeeper and one database server; each test uses
-# its own ZooKeeper root and its own database, so they may run in parallel.
+# Integration tests share one ZooKeeper and one server per database; each test
+# uses its own ZooKeeper root and its own database, so they run in parallel.
 cargo test --workspace --locked -- --test-threads "${TEST_THREADS:-4}"
