@@ -187,6 +187,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         "starting ds-reaper"
     );
     let engine = build(settings, &cancel, true)?;
+    engine.close_dangling_intents();
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;

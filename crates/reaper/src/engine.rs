@@ -226,6 +226,57 @@ impl Engine {
         self.status.read().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// After a crash mid-write, intents may have no outcome. Records one for
+    /// each ("error", interrupted) so the trail stays consistent; the rows
+    /// themselves are judged afresh by the next sweep (a written row is no
+    /// longer live, an unwritten one is still a zombie).
+    pub fn close_dangling_intents(&self) -> usize {
+        let records = match self.audit.tail(usize::MAX) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the audit trail");
+                return 0;
+            }
+        };
+        let mut open: BTreeMap<(i64, String), Record> = BTreeMap::new();
+        for r in records {
+            let Some(id) = r.task_id else { continue };
+            let key = (id, r.actor.clone());
+            match r.event.as_str() {
+                "intent" => {
+                    open.insert(key, r);
+                }
+                "done" | "lost_race" | "error" => {
+                    open.remove(&key);
+                }
+                _ => {}
+            }
+        }
+        let now = Utc::now();
+        let closing: Vec<Record> = open
+            .into_values()
+            .map(|mut r| {
+                r.event = "error".into();
+                r.ts = now;
+                r.detail = Some(
+                    "interrupted: stopped before the outcome was recorded; the row is judged again by the next sweep"
+                        .into(),
+                );
+                r
+            })
+            .collect();
+        if !closing.is_empty() {
+            tracing::warn!(
+                count = closing.len(),
+                "audit intents without outcome from a previous run closed as interrupted"
+            );
+            if let Err(e) = self.audit.append(&closing) {
+                tracing::error!(error = %e, "cannot write the audit trail");
+            }
+        }
+        closing.len()
+    }
+
     /// Refreshes the gauges that mirror live state (called per sweep and per scrape).
     pub fn refresh_gauges(&self, view: &RegistryView) {
         let m = &self.metrics;
@@ -920,3 +971,104 @@ pub fn workers_json(view: &RegistryView) -> Value {
 }
 
 pub type SharedEngine = Arc<Engine>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn engine(dir: &std::path::Path) -> Engine {
+        let cfg = dir.join("c.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "[zookeeper]\nconnect = \"127.0.0.1:1\"\n[audit]\npath = \"{}\"\n",
+                dir.join("audit.jsonl").display()
+            ),
+        )
+        .unwrap();
+        let s = crate::config::load_with(&cfg, true, &[]).unwrap();
+        let db = Db::connect_lazy(&crate::app::db_settings(&s)).unwrap();
+        let reg = Registry::start(
+            crate::app::zk_settings(&s),
+            tokio_util::sync::CancellationToken::new(),
+        );
+        Engine::new(s, db, reg, None, Metrics::new())
+    }
+
+    #[tokio::test]
+    async fn dangling_intents_are_closed_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = engine(dir.path());
+        let now = Utc::now();
+        let rec = |event: &str, id: i64| {
+            let mut r = Record::event(event, "daemon", now);
+            r.task_id = Some(id);
+            r
+        };
+        e.audit
+            .append(&[
+                rec("intent", 1),
+                rec("done", 1),
+                rec("intent", 2),
+                rec("intent", 3),
+                rec("lost_race", 3),
+            ])
+            .unwrap();
+        assert_eq!(e.close_dangling_intents(), 1);
+        let last = e.audit.tail(1).unwrap().pop().unwrap();
+        assert_eq!((last.task_id, last.event.as_str()), (Some(2), "error"));
+        assert_eq!(e.close_dangling_intents(), 0, "closing is idempotent");
+    }
+
+    #[test]
+    fn line_resolution() {
+        let schema = SchemaInfo {
+            lines: vec![DsLine::V3_1_0, DsLine::V3_1],
+            version_row: None,
+        };
+        let detected = |lines: Vec<DsLine>| Detected {
+            layout: None,
+            format: None,
+            lines,
+        };
+        // the registry narrows the schema's candidates
+        assert_eq!(
+            resolve_line(
+                VersionSetting::Auto,
+                Some(&schema),
+                &detected(vec![DsLine::V3_1])
+            ),
+            (Some(DsLine::V3_1), None)
+        );
+        // nothing seen in the registry: the newest the schema allows
+        assert_eq!(
+            resolve_line(
+                VersionSetting::Auto,
+                Some(&schema),
+                &detected(DsLine::ALL.to_vec())
+            )
+            .0,
+            Some(DsLine::V3_1)
+        );
+        // disagreement holds
+        let (l, hold) = resolve_line(
+            VersionSetting::Auto,
+            Some(&schema),
+            &detected(vec![DsLine::V1_2]),
+        );
+        assert_eq!(l, Some(DsLine::V3_1));
+        assert!(hold.unwrap().contains("disagreement"));
+        // explicit wins
+        assert_eq!(
+            resolve_line(
+                VersionSetting::Line(DsLine::V2_0),
+                None,
+                &detected(vec![DsLine::V1_2])
+            ),
+            (Some(DsLine::V2_0), None)
+        );
+        assert!(resolve_line(VersionSetting::Auto, None, &detected(vec![]))
+            .1
+            .is_some());
+    }
+}
