@@ -89,7 +89,8 @@ async fn sweeper(engine: SharedEngine, cancel: CancellationToken) {
         .max(Duration::from_millis(100));
     let mut next_tick = tokio::time::Instant::now() + interval;
     let mut last = membership(&engine.registry.view());
-    let mut lost_seen = engine.registry.view().lost_workers.len();
+    let mut lost_seen: std::collections::HashSet<String> =
+        engine.registry.view().lost_workers.keys().cloned().collect();
     let mut watchdog = tokio::time::interval(Duration::from_secs(5));
     let mut ready_sent = false;
     let mut pending_event: Option<tokio::time::Instant> = None;
@@ -125,10 +126,11 @@ async fn sweeper(engine: SharedEngine, cancel: CancellationToken) {
                     continue;
                 }
                 let v = views.borrow_and_update().clone();
-                let now_lost = v.lost_workers.len();
-                if now_lost > lost_seen {
-                    engine.metrics.workers_lost_total.inc_by((now_lost - lost_seen) as u64);
-                }
+                // A host counts once per loss: re-listings after a reconnect
+                // restamp absent hosts but do not lose them again.
+                let now_lost: std::collections::HashSet<String> = v.lost_workers.keys().cloned().collect();
+                let new = now_lost.difference(&lost_seen).count();
+                engine.metrics.workers_lost_total.inc_by(new as u64);
                 lost_seen = now_lost;
                 let m = membership(&v);
                 if m != last {
