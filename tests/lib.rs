@@ -344,3 +344,121 @@ pub async fn run_cli(args: &[&str], env: &[(&str, &str)]) -> Result<(i32, String
         String::from_utf8_lossy(&out.stderr).into_owned(),
     ))
 }
+
+/// A startup time well before every simulated task's `submit_time`.
+pub fn long_ago() -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::from_timestamp(1_700_000_000 - 3600, 0).unwrap_or_default()
+}
+
+/// A simulated server of `line` under `root`, heartbeat times in UTC (the
+/// test daemons' `time_zone`), started long before any task.
+pub async fn server(
+    root: &str,
+    line: reaper_core::DsLine,
+    kind: reaper_core::NodeKind,
+    host: &str,
+    groups: &[&str],
+) -> Result<ds_sim::zk::SimServer> {
+    let opts = ds_sim::zk::SimOptions {
+        zone: "UTC".parse().map_err(|e| anyhow::anyhow!("{e:?}"))?,
+        ..Default::default()
+    };
+    ds_sim::zk::SimServer::register_with(
+        &zk_connect(),
+        root,
+        line,
+        kind,
+        host,
+        groups,
+        long_ago(),
+        opts,
+    )
+    .await
+}
+
+/// Removes a test's ZooKeeper tree (the parent of its `.../dolphinscheduler`
+/// root) and its database.
+pub async fn cleanup(db: SimDb, root: &str) -> Result<()> {
+    let top = root
+        .trim_end_matches('/')
+        .rsplit_once('/')
+        .map(|(p, _)| p)
+        .filter(|p| !p.is_empty())
+        .unwrap_or(root);
+    ds_sim::zk::delete_tree(&zk_connect(), top).await?;
+    db.drop().await
+}
+
+/// A config file for CLI commands (`check`, `reap`, `config check`), with its
+/// own audit file, in a temporary directory.
+pub struct CliConfig {
+    pub dir: tempfile::TempDir,
+    pub path: PathBuf,
+}
+
+impl CliConfig {
+    pub fn new(db_url: &str, root: &str, extra: &str) -> Result<CliConfig> {
+        let dir = tempfile::tempdir()?;
+        let audit = dir.path().join("audit.jsonl");
+        let path = dir.path().join("config.toml");
+        std::fs::write(
+            &path,
+            config_toml(
+                db_url,
+                root,
+                free_port(),
+                &audit.display().to_string(),
+                extra,
+            ),
+        )?;
+        Ok(CliConfig { dir, path })
+    }
+
+    pub fn path_str(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    /// Runs `ds-reaper --config <this> <args...>`.
+    pub async fn run(&self, args: &[&str], env: &[(&str, &str)]) -> Result<(i32, String, String)> {
+        let p = self.path_str();
+        let mut all = vec!["--config", p.as_str()];
+        all.extend_from_slice(args);
+        run_cli(&all, env).await
+    }
+
+    pub fn audit(&self) -> Vec<serde_json::Value> {
+        read_audit(&self.dir.path().join("audit.jsonl"))
+    }
+}
+
+fn read_audit(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+impl Daemon {
+    /// A metric's value, 0 when the series is absent (a counter never incremented).
+    pub async fn metric0(&self, series: &str) -> Result<f64> {
+        Ok(self.metric(series).await?.unwrap_or(0.0))
+    }
+
+    /// Waits until `n` more successful sweeps have completed.
+    pub async fn wait_sweeps(&self, n: u32) -> Result<()> {
+        let series = "ds_reaper_sweeps_total{result=\"ok\"}";
+        let start = self.metric0(series).await?;
+        self.wait_metric(series, |v| v >= start + f64::from(n))
+            .await
+            .map(|_| ())
+    }
+
+    /// The audit records of one event kind (and task, when given).
+    pub fn audit_events(&self, event: &str, task: Option<i64>) -> Vec<serde_json::Value> {
+        self.audit()
+            .into_iter()
+            .filter(|r| r["event"] == event && task.is_none_or(|t| r["task_id"] == t))
+            .collect()
+    }
+}
