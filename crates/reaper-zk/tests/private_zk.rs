@@ -8,7 +8,7 @@ use common::*;
 use ds_sim::zk::SimServer;
 use ds_sim::zkserver::PrivateZk;
 use reaper_core::{DsLine, NodeKind, ViewState};
-use reaper_zk::Registry;
+use reaper_zk::{LeaderElection, Registry};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -54,7 +54,8 @@ async fn server_restart_invalidates_then_revalidates_with_the_same_hosts() {
     zk.start_again().await.unwrap();
     let v2 = wait_view(&reg, "valid again", |v| v.is_valid()).await;
     assert!(v2.valid_since().unwrap() > since1);
-    let got: Vec<String> = v2.workers.keys().cloned().collect();
+    let mut got: Vec<String> = v2.workers.keys().cloned().collect();
+    got.sort();
     let mut want: Vec<String> = hosts.iter().map(|h| h.to_string()).collect();
     want.sort();
     assert_eq!(got, want);
@@ -230,4 +231,84 @@ async fn host_gone_around_a_server_restart_is_lost_after_it() {
     );
     assert!(matches!(v.state, ViewState::Valid { .. }));
     reg.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_crash_kill9_then_restart() {
+    if !private_zk_available() {
+        return;
+    }
+    let mut zk = PrivateZk::start().await.unwrap();
+    let connect = zk.connect_string();
+    let mut opts = sim_opts();
+    opts.session_timeout = Duration::from_secs(30);
+    let h = "10.0.4.1:1234";
+    let _sim = SimServer::register_with(
+        &connect,
+        "/ds",
+        DsLine::V3_3,
+        NodeKind::Worker,
+        h,
+        &[],
+        Utc::now(),
+        opts,
+    )
+    .await
+    .unwrap();
+    let mut s = settings(&connect, "/ds", Some(DsLine::V3_3));
+    s.session_timeout = Duration::from_secs(20);
+    let reg = Registry::start(s, CancellationToken::new());
+    wait_view(&reg, "worker", |v| {
+        v.is_valid() && v.live(NodeKind::Worker, h).is_some()
+    })
+    .await;
+    zk.kill9().await.unwrap();
+    wait_view(&reg, "invalid after kill -9", |v| !v.is_valid()).await;
+    zk.start_again().await.unwrap();
+    let v = wait_view(&reg, "valid again", |v| v.is_valid()).await;
+    assert!(v.live(NodeKind::Worker, h).is_some(), "{v:#?}");
+    reg.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leadership_is_dropped_on_disconnect() {
+    if !private_zk_available() {
+        return;
+    }
+    let zk = PrivateZk::start().await.unwrap();
+    let connect = zk.connect_string();
+    let mut s = settings(&connect, "/dolphinscheduler", None);
+    s.session_timeout = Duration::from_secs(10);
+    s.request_timeout = Duration::from_secs(2);
+    let a = LeaderElection::start(
+        s.clone(),
+        "/ds-reaper/leader".into(),
+        "a".into(),
+        CancellationToken::new(),
+    );
+    let b = LeaderElection::start(
+        s,
+        "/ds-reaper/leader".into(),
+        "b".into(),
+        CancellationToken::new(),
+    );
+    wait_until("a leader", || a.is_leader() || b.is_leader()).await;
+    // A frozen server: the leader is cut off but its session has not expired
+    // yet. It must stop acting now, not after the session timeout.
+    zk.pause().unwrap();
+    wait_until("no leader while disconnected", || {
+        !a.is_leader() && !b.is_leader()
+    })
+    .await;
+    zk.resume().unwrap();
+    wait_until("a leader again", || a.is_leader() || b.is_leader()).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        a.is_leader() ^ b.is_leader(),
+        "a={} b={}",
+        a.is_leader(),
+        b.is_leader()
+    );
+    a.close().await;
+    b.close().await;
 }
