@@ -9,7 +9,8 @@
 //! - recover after fail/kill, ≤ 3.1: API `ExecutorService.insertCommand`
 //!   (`new Command()` as above, `executor_id` = the user: here the instance's executor);
 //!   3.2.2 `FailureRecoveryExecuteFunction` (a Lombok builder: no `start_time`);
-//!   3.1.9/3.2.2 `createCommand` add `schedule_timezone` when the definition is scheduled.
+//!   3.0.6–3.2.2 `createCommand` add `schedule_timezone` when the definition is scheduled
+//!   (2.0.9's does not); 3.1.0+ failover copies the priority and `StartParams`.
 //! - 3.3: `WorkflowFailover.failoverWorkflow` and `WorkflowInstanceRecoverFailureTaskTrigger`.
 
 use crate::schema::{names, DefCols, WorkerGroupCol};
@@ -277,7 +278,7 @@ pub(crate) fn decide(
             ));
         }
         let param = recover_param(wf_id, wf, line >= DsLine::V3_1_0);
-        let param = if line >= DsLine::V3_1_0 {
+        let param = if line >= DsLine::V3_0 {
             with_tz(param, &facts.schedule_tz)
         } else {
             param
@@ -304,7 +305,7 @@ pub(crate) fn decide(
             }
         } else {
             let param = recover_param(wf_id, wf, false);
-            let param = if line >= DsLine::V3_1_0 {
+            let param = if line >= DsLine::V3_0 {
                 with_tz(param, &facts.schedule_tz)
             } else {
                 param

@@ -431,16 +431,16 @@ impl Db {
         let idx: Vec<usize> = (0..writes.len())
             .filter(|&i| !DsLine::is_finished_task_state(writes[i].seen.state))
             .collect();
-        for chunk in idx.chunks(ID_BATCH) {
-            let batch: Vec<&TaskWrite> = chunk.iter().map(|&i| &writes[i]).collect();
-            let applied = match &self.pool {
-                Pool::My(p) => mysql::write_batch(p, line, self.zone, &batch).await?,
-                Pool::Pg(p) => postgres::write_batch(p, line, self.zone, &batch).await?,
-            };
-            for (k, &i) in chunk.iter().enumerate() {
-                if applied[k] {
-                    outcomes[i] = WriteOutcome::Applied;
-                }
+        // One transaction for the whole batch: one commit (one log flush)
+        // instead of one per chunk.
+        let batch: Vec<&TaskWrite> = idx.iter().map(|&i| &writes[i]).collect();
+        let applied = match &self.pool {
+            Pool::My(p) => mysql::write_batch(p, line, self.zone, &batch).await?,
+            Pool::Pg(p) => postgres::write_batch(p, line, self.zone, &batch).await?,
+        };
+        for (k, &i) in idx.iter().enumerate() {
+            if applied[k] {
+                outcomes[i] = WriteOutcome::Applied;
             }
         }
         Ok(outcomes)
@@ -503,8 +503,11 @@ pub fn detect_lines(
         vec![DsLine::V3_2]
     } else if has("task_execute_type") {
         vec![DsLine::V3_1_0, DsLine::V3_1]
+    } else if has("task_code") && has("task_group_id") {
+        // 3.0.0's DDL added task_group_id; no 2.0.x release has it
+        vec![DsLine::V3_0]
     } else if has("task_code") {
-        vec![DsLine::V2_0, DsLine::V3_0]
+        vec![DsLine::V2_0]
     } else if has("worker_group_id") {
         vec![DsLine::V1_2]
     } else if has("worker_group") {
@@ -561,7 +564,20 @@ mod tests {
         );
         assert_eq!(
             l(&["process_instance_id", "worker_group", "task_code"]),
-            vec![DsLine::V2_0, DsLine::V3_0]
+            vec![DsLine::V2_0]
+        );
+        assert_eq!(
+            l(&["process_instance_id", "task_code", "task_group_id"]),
+            vec![DsLine::V3_0]
+        );
+        assert_eq!(
+            l(&[
+                "process_instance_id",
+                "task_code",
+                "task_group_id",
+                "task_execute_type"
+            ]),
+            vec![DsLine::V3_1_0, DsLine::V3_1]
         );
         assert_eq!(
             l(&["process_instance_id", "task_code", "project_code"]),

@@ -6,7 +6,7 @@ use crate::schema::{
 };
 use crate::{
     worker_group_from_id, DbSettings, FollowUpOutcome, FollowUpRequest, Select, SqlError, TaskRow,
-    TaskWrite, PAGE,
+    TaskWrite, ID_BATCH, PAGE,
 };
 use chrono::NaiveDateTime;
 use reaper_core::{Action, Candidate, DsLine, FollowUp, Zone};
@@ -224,15 +224,18 @@ pub(crate) async fn write_batch(
         return Ok(applied);
     }
     let mut tx = p.begin().await?;
-    let sql = format!(
-        "SELECT id, state, flag, host, submit_time FROM {TASK} WHERE id IN ({}) FOR UPDATE",
-        placeholders(batch.len())
-    );
-    let mut q = sqlx::query(&sql);
-    for w in batch {
-        q = q.bind(w.seen.id);
+    let mut rows = Vec::with_capacity(batch.len());
+    for chunk in batch.chunks(ID_BATCH) {
+        let sql = format!(
+            "SELECT id, state, flag, host, submit_time FROM {TASK} WHERE id IN ({}) FOR UPDATE",
+            placeholders(chunk.len())
+        );
+        let mut q = sqlx::query(&sql);
+        for w in chunk {
+            q = q.bind(w.seen.id);
+        }
+        rows.extend(q.fetch_all(&mut *tx).await?);
     }
-    let rows = q.fetch_all(&mut *tx).await?;
     type Cur = (
         Option<i64>,
         Option<i64>,
@@ -257,7 +260,7 @@ pub(crate) async fn write_batch(
             }
         }
     }
-    let mut groups: HashMap<Action, Vec<i64>> = HashMap::new();
+    let mut groups: HashMap<(Action, reaper_core::Instant), Vec<i64>> = HashMap::new();
     let mut taken = HashSet::new();
     for (k, w) in batch.iter().enumerate() {
         let Some((state, flag, host, submit)) = current.get(&w.seen.id) else {
@@ -270,31 +273,32 @@ pub(crate) async fn write_batch(
             && *submit == seen_submit;
         if same && taken.insert(w.seen.id) {
             applied[k] = true;
-            groups.entry(w.action).or_default().push(w.seen.id);
+            groups.entry((w.action, w.now)).or_default().push(w.seen.id);
         }
     }
-    let now = batch[0].now;
-    for (action, ids) in groups {
+    for ((action, now), all_ids) in groups {
         let Some(code) = action.target_state() else {
             continue;
         };
         let sets = if action == Action::FaultTolerance {
-            "state = ?".to_string()
+            "state = ?"
         } else {
-            "state = ?, end_time = ?".to_string()
+            "state = ?, end_time = ?"
         };
-        let sql = format!(
-            "UPDATE {TASK} SET {sets} WHERE id IN ({}) AND flag = 1",
-            placeholders(ids.len())
-        );
-        let mut q = sqlx::query(&sql).bind(code);
-        if action != Action::FaultTolerance {
-            q = q.bind(zone.to_naive(now));
+        for ids in all_ids.chunks(ID_BATCH) {
+            let sql = format!(
+                "UPDATE {TASK} SET {sets} WHERE id IN ({}) AND flag = 1",
+                placeholders(ids.len())
+            );
+            let mut q = sqlx::query(&sql).bind(code);
+            if action != Action::FaultTolerance {
+                q = q.bind(zone.to_naive(now));
+            }
+            for id in ids {
+                q = q.bind(id);
+            }
+            q.execute(&mut *tx).await?;
         }
-        for id in &ids {
-            q = q.bind(id);
-        }
-        q.execute(&mut *tx).await?;
     }
     tx.commit().await?;
     Ok(applied)
@@ -380,24 +384,26 @@ pub(crate) async fn follow_up(
             .any(|p| crate::follow::param_names_instance(p, wf_id))
     };
     let schedule_tz = match (recover, n.def, line) {
-        (true, DefCols::Code { .. }, DsLine::V3_1_0 | DsLine::V3_1 | DsLine::V3_2) => {
-            match wf.def_code {
-                Some(code) => {
-                    let sql = format!(
-                        "SELECT timezone_id FROM {SCHEDULES} WHERE process_definition_code = ? LIMIT 1"
-                    );
-                    match sqlx::query(&sql)
-                        .bind(code)
-                        .fetch_optional(&mut *tx)
-                        .await?
-                    {
-                        Some(r) => text(&r, 0)?,
-                        None => None,
-                    }
+        (
+            true,
+            DefCols::Code { .. },
+            DsLine::V3_0 | DsLine::V3_1_0 | DsLine::V3_1 | DsLine::V3_2,
+        ) => match wf.def_code {
+            Some(code) => {
+                let sql = format!(
+                    "SELECT timezone_id FROM {SCHEDULES} WHERE process_definition_code = ? LIMIT 1"
+                );
+                match sqlx::query(&sql)
+                    .bind(code)
+                    .fetch_optional(&mut *tx)
+                    .await?
+                {
+                    Some(r) => text(&r, 0)?,
+                    None => None,
                 }
-                None => None,
             }
-        }
+            None => None,
+        },
         _ => None,
     };
     let facts = Facts {

@@ -214,13 +214,13 @@ pub(crate) async fn write_batch(
     if batch.is_empty() {
         return Ok(applied);
     }
-    let now = zone.to_naive(batch[0].now);
-    let mut groups: HashMap<Action, Vec<usize>> = HashMap::new();
+    let mut groups: HashMap<(Action, reaper_core::Instant), Vec<usize>> = HashMap::new();
     for (k, w) in batch.iter().enumerate() {
-        groups.entry(w.action).or_default().push(k);
+        groups.entry((w.action, w.now)).or_default().push(k);
     }
     let mut tx = p.begin().await?;
-    for (action, idx) in groups {
+    for ((action, now), idx) in groups {
+        let now = zone.to_naive(now);
         let Some(code) = action.target_state() else {
             continue;
         };
@@ -351,21 +351,23 @@ pub(crate) async fn follow_up(
             .any(|p| crate::follow::param_names_instance(p, wf_id))
     };
     let schedule_tz = match (recover, n.def, line) {
-        (true, DefCols::Code { .. }, DsLine::V3_1_0 | DsLine::V3_1 | DsLine::V3_2) => {
-            match wf.def_code {
-                Some(code) => {
-                    let sql = format!(
+        (
+            true,
+            DefCols::Code { .. },
+            DsLine::V3_0 | DsLine::V3_1_0 | DsLine::V3_1 | DsLine::V3_2,
+        ) => match wf.def_code {
+            Some(code) => {
+                let sql = format!(
                         "SELECT timezone_id FROM {SCHEDULES} WHERE process_definition_code = $1 LIMIT 1"
                     );
-                    sqlx::query_scalar::<_, Option<String>>(&sql)
-                        .bind(code)
-                        .fetch_optional(&mut *tx)
-                        .await?
-                        .flatten()
-                }
-                None => None,
+                sqlx::query_scalar::<_, Option<String>>(&sql)
+                    .bind(code)
+                    .fetch_optional(&mut *tx)
+                    .await?
+                    .flatten()
             }
-        }
+            None => None,
+        },
         _ => None,
     };
     let facts = Facts {

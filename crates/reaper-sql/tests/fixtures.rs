@@ -53,7 +53,6 @@ async fn run(kind: SimKind, fixture: &str) {
     let info = db.detect().await.unwrap();
     assert!(info.lines.contains(&line), "{fixture}: {:?}", info.lines);
     let expect: Vec<DsLine> = match fixture {
-        "2.0.9" => vec![DsLine::V2_0, DsLine::V3_0],
         "3.1.9" => vec![DsLine::V3_1_0, DsLine::V3_1],
         _ => vec![line],
     };
@@ -408,8 +407,30 @@ async fn follow_ups(sim: &SimDb, db: &Db, line: DsLine, fixture: &str) {
     );
     assert_eq!(sim.commands().await.unwrap().len(), 1);
 
-    // recover after fault-tolerance
-    let (wf, t) = one_task_workflow(sim, db, line, false).await;
+    // recover after fault-tolerance; the instance carries StartParams and the
+    // definition is scheduled (createCommand adds schedule_timezone on 3.0–3.2)
+    if matches!(line, DsLine::V2_0 | DsLine::V3_1 | DsLine::V3_2) {
+        sim.exec(
+            "INSERT INTO t_ds_schedules (process_definition_code, start_time, end_time, timezone_id, \
+             crontab, failure_strategy, user_id, release_state, warning_type, create_time, update_time) \
+             VALUES (9001, '2024-01-01 00:00:00', '2030-01-01 00:00:00', 'Asia/Shanghai', \
+             '0 0 * * * ? *', 1, 1, 1, 0, '2024-01-01 00:00:00', '2024-01-01 00:00:00')",
+        )
+        .await
+        .unwrap();
+    }
+    let wf = sim
+        .insert_workflow(&WorkflowSpec {
+            command_param: Some(r#"{"StartParams":"{\"k\":\"v\"}"}"#.into()),
+            ..WorkflowSpec::default()
+        })
+        .await
+        .unwrap();
+    let tid = sim
+        .insert_task(&TaskSpec::new(wf, 1, Some("10.0.0.5:1234")))
+        .await
+        .unwrap();
+    let t = db.task(line, tid).await.unwrap().unwrap().row;
     let o = write_then_follow(db, line, &t, Action::FaultTolerance, FollowUp::Recover).await;
     assert!(
         matches!(
@@ -449,7 +470,15 @@ async fn follow_ups(sim: &SimDb, db: &Db, line: DsLine, fixture: &str) {
         );
         assert_eq!(col(c, "executor_id"), Some("7"));
         let p: serde_json::Value = serde_json::from_str(col(c, "command_param").unwrap()).unwrap();
-        assert_eq!(p, serde_json::json!({"ProcessInstanceId": wf}));
+        if line >= DsLine::V3_1 {
+            assert_eq!(
+                p,
+                serde_json::json!({"ProcessInstanceId": wf, "StartParams": "{\"k\":\"v\"}", "schedule_timezone": "Asia/Shanghai"}),
+                "{fixture}"
+            );
+        } else {
+            assert_eq!(p, serde_json::json!({"ProcessInstanceId": wf}), "{fixture}");
+        }
         assert!(col(c, "start_time").unwrap().starts_with(&now_s));
         if line >= DsLine::V3_1 {
             assert_eq!(col(c, "process_instance_priority"), Some("1"));
