@@ -168,19 +168,32 @@ fn signal(pid: u32, sig: &str) -> anyhow::Result<()> {
 
 /// ZooKeeper's four-letter `ruok` → `imok`.
 pub async fn ruok(port: u16) -> bool {
+    four_letter(port, "ruok").await.as_deref() == Some("imok")
+}
+
+/// Sends a four-letter command (`ruok`, `mntr`, `cons`, ...) and returns the reply.
+pub async fn four_letter(port: u16, cmd: &str) -> Option<String> {
+    let cmd = cmd.to_string();
     tokio::task::spawn_blocking(move || {
         let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-        let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(500)) else {
-            return false;
-        };
-        let _ = s.set_read_timeout(Some(Duration::from_millis(1000)));
-        if s.write_all(b"ruok").is_err() {
-            return false;
-        }
+        let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+        s.set_read_timeout(Some(Duration::from_millis(1000))).ok()?;
+        s.write_all(cmd.as_bytes()).ok()?;
         let mut buf = String::new();
         let _ = s.read_to_string(&mut buf);
-        buf == "imok"
+        Some(buf)
     })
     .await
-    .unwrap_or(false)
+    .ok()
+    .flatten()
+}
+
+impl PrivateZk {
+    /// `zk_num_alive_connections` from `mntr`.
+    pub async fn alive_connections(&self) -> Option<u64> {
+        let m = four_letter(self.port, "mntr").await?;
+        m.lines()
+            .find_map(|l| l.strip_prefix("zk_num_alive_connections"))
+            .and_then(|v| v.trim().parse().ok())
+    }
 }

@@ -104,7 +104,10 @@ async fn run(
         };
         match client {
             Ok(client) => {
-                let r = session(&settings, &client, &dir, &id, &tx, &cancel).await;
+                let r = tokio::select! {
+                    r = session(&settings, &client, &dir, &id, &tx, &cancel) => r,
+                    _ = cancel.cancelled() => Ok(()),
+                };
                 set(&tx, false);
                 close_client(client).await;
                 match r {

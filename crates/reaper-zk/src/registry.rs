@@ -396,7 +396,13 @@ impl Loop {
             };
             tracing::info!(session = ?client.session_id(), "ZooKeeper session established");
             *lock(&self.inner.client) = Some(client.clone());
-            let outcome = self.serve_session(&client, &mut backoff, expired).await;
+            // Cancellation also interrupts a listing or read in flight, so
+            // close() is prompt even against a slow ensemble.
+            let cancel = self.inner.cancel.clone();
+            let outcome = tokio::select! {
+                o = self.serve_session(&client, &mut backoff, expired) => o,
+                _ = cancel.cancelled() => Outcome::Cancelled,
+            };
             lock(&self.inner.client).take();
             match outcome {
                 Outcome::Cancelled => {
@@ -478,7 +484,7 @@ impl Loop {
         mut expired: bool,
     ) -> Outcome {
         let mut states = client.state_watcher();
-        let mut forwarders: Vec<JoinHandle<()>> = Vec::new();
+        let mut forwarders = Forwarders(Vec::new());
         let rt = self.inner.settings.request_timeout;
         let outcome = 'conn: loop {
             if let Err(o) = self.wait_connected(&mut states).await {
@@ -504,9 +510,7 @@ impl Loop {
                     }
                 }
             }
-            for h in std::mem::replace(&mut forwarders, fresh) {
-                h.abort();
-            }
+            drop(std::mem::replace(&mut forwarders, Forwarders(fresh)));
             if let Some(reason) = failed {
                 self.error();
                 tracing::warn!(%reason, "cannot arm registry watches");
@@ -574,9 +578,7 @@ impl Loop {
                 }
             }
         };
-        for h in forwarders {
-            h.abort();
-        }
+        drop(forwarders);
         outcome
     }
 
@@ -975,6 +977,18 @@ fn terminal(s: zk::SessionState) -> Option<Outcome> {
             "ZooKeeper authentication failed".to_string(),
         )),
         _ => None,
+    }
+}
+
+/// Forwarding tasks of one connection, aborted when dropped (also when the
+/// session future is dropped on cancellation).
+struct Forwarders(Vec<JoinHandle<()>>);
+
+impl Drop for Forwarders {
+    fn drop(&mut self) {
+        for h in &self.0 {
+            h.abort();
+        }
     }
 }
 

@@ -35,6 +35,14 @@ async fn exactly_one_leader_and_takeover_after_close() {
     let mut rx = follower.subscribe();
     leader.close().await;
     assert!(!leader.is_leader());
+    // close() resigned at once: the leader's node is gone when it returns,
+    // not after its session timeout
+    let other = zookeeper_client::Client::connect(&zk).await.unwrap();
+    let left = other
+        .list_children(&format!("{root}/ds-reaper/leader"))
+        .await
+        .unwrap();
+    assert_eq!(left.len(), 1, "{left:?}");
     tokio::time::timeout(WAIT, rx.wait_for(|v| *v))
         .await
         .expect("takeover")

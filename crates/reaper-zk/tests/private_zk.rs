@@ -312,3 +312,22 @@ async fn leadership_is_dropped_on_disconnect() {
     a.close().await;
     b.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_ends_the_session_at_once() {
+    if !private_zk_available() {
+        return;
+    }
+    let zk = PrivateZk::start().await.unwrap();
+    let reg = Registry::start(
+        settings(&zk.connect_string(), "/dolphinscheduler", None),
+        CancellationToken::new(),
+    );
+    wait_view(&reg, "valid", |v| v.is_valid()).await;
+    // mntr counts its own connection too
+    let before = zk.alive_connections().await.unwrap();
+    assert_eq!(before, 2);
+    reg.close().await;
+    assert_eq!(zk.alive_connections().await, Some(before - 1));
+    assert!(!reg.view().is_valid());
+}
