@@ -133,3 +133,48 @@ pub struct ZkStats {
     pub errors: u64,
     pub reconnects: u64,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detection_narrows_lines() {
+        assert_eq!(Detected::from_evidence(None, None, false).lines.len(), 8);
+        let d = Detected::from_evidence(
+            Some(RegistryLayout::Grouped),
+            Some(HeartbeatFormat::CsvEpoch),
+            false,
+        );
+        assert_eq!(d.lines, vec![DsLine::V2_0, DsLine::V3_0, DsLine::V3_1_0]);
+        let d = Detected::from_evidence(
+            Some(RegistryLayout::Grouped),
+            Some(HeartbeatFormat::CsvEpoch),
+            true,
+        );
+        assert_eq!(d.lines, vec![DsLine::V2_0]);
+        let d = Detected::from_evidence(
+            Some(RegistryLayout::Flat),
+            Some(HeartbeatFormat::Json32),
+            false,
+        );
+        assert_eq!(d.lines, vec![DsLine::V3_2, DsLine::V3_3]);
+        // contradictory evidence: no line fits
+        let d = Detected::from_evidence(
+            Some(RegistryLayout::Legacy),
+            Some(HeartbeatFormat::Json31),
+            false,
+        );
+        assert!(d.lines.is_empty());
+        assert_eq!(Detected::explicit(DsLine::V1_2).lines, vec![DsLine::V1_2]);
+    }
+
+    #[test]
+    fn root_prefix_forms() {
+        let r = |root: &str| ZkSettings::new("x", root).root_prefix();
+        assert_eq!(r("/dolphinscheduler"), "/dolphinscheduler");
+        assert_eq!(r("/dolphinscheduler/"), "/dolphinscheduler");
+        assert_eq!(r("dolphinscheduler"), "/dolphinscheduler");
+        assert_eq!(r("/"), "");
+    }
+}
