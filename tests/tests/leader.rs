@@ -1,0 +1,116 @@
+//! Two replicas on one cluster (SPEC §4.6): one leader acts, every zombie is
+//! written exactly once, and leadership moves when the leader stops.
+
+use ds_sim::db::{SimKind, TaskSpec, WorkflowSpec};
+use reaper_core::NodeKind;
+use reaper_e2e::*;
+
+const LEADER: &str = "ds_reaper_leader";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_one_leader_each_zombie_written_once() -> anyhow::Result<()> {
+    if !services_up().await {
+        return Ok(());
+    }
+    let db = sim_db(SimKind::MySql, "3.2.2").await?;
+    let line = db.line;
+    let root = unique_root();
+    let _m = server(&root, line, NodeKind::Master, "10.0.0.1:5678", &[]).await?;
+    let mut w1 = server(&root, line, NodeKind::Worker, "10.0.0.11:1234", &[]).await?;
+    let _w2 = server(&root, line, NodeKind::Worker, "10.0.0.12:1234", &[]).await?;
+    let _w3 = server(&root, line, NodeKind::Worker, "10.0.0.13:1234", &[]).await?;
+    let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
+    let mut lost_tasks = Vec::new();
+    for _ in 0..3 {
+        lost_tasks.push(
+            db.insert_task(&TaskSpec::new(wf, 1, Some("10.0.0.11:1234")))
+                .await?,
+        );
+    }
+    let kept = db
+        .insert_task(&TaskSpec::new(wf, 1, Some("10.0.0.12:1234")))
+        .await?;
+
+    // Two of three workers go in this test: keep the brake out of the way.
+    let policy = "[policy]\nworker_lost = \"fail\"\n[brake]\nmax_lost_worker_fraction = 0.9\n";
+    let a = Daemon::start(db.url(), &root, policy).await?;
+    let b = Daemon::start(db.url(), &root, policy).await?;
+    a.wait_ready().await?;
+    b.wait_ready().await?;
+    wait_until("exactly one leader", || async {
+        let la = a.metric(LEADER).await?;
+        let lb = b.metric(LEADER).await?;
+        Ok(matches!(
+            (la, lb),
+            (Some(x), Some(y)) if x + y == 1.0 && (x == 0.0 || x == 1.0)
+        ))
+    })
+    .await?;
+    // Stable, not a moment's coincidence.
+    a.wait_sweeps(2).await?;
+    assert_eq!(a.metric0(LEADER).await? + b.metric0(LEADER).await?, 1.0);
+    let a_leads = a.metric0(LEADER).await? == 1.0;
+    let sa = a.json("/api/v1/status").await?;
+    let sb = b.json("/api/v1/status").await?;
+    assert_eq!(sa["leader"], a_leads, "{sa:#}");
+    assert_eq!(sb["leader"], !a_leads, "{sb:#}");
+
+    w1.crash().await;
+    wait_until("all three zombies failed", || async {
+        for t in &lost_tasks {
+            if db.task_state(*t).await?.state != 6 {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    })
+    .await?;
+    // Both replicas detect; let the standby sweep a few times more too.
+    a.wait_sweeps(2).await?;
+    b.wait_sweeps(2).await?;
+    for t in &lost_tasks {
+        let done = a.audit_events("done", Some(*t)).len() + b.audit_events("done", Some(*t)).len();
+        assert_eq!(done, 1, "task {t} written exactly once");
+        assert_eq!(a.audit_events("detected", Some(*t)).len(), 1);
+        assert_eq!(b.audit_events("detected", Some(*t)).len(), 1);
+    }
+    let total_done = a.audit_events("done", None).len() + b.audit_events("done", None).len();
+    assert_eq!(total_done, lost_tasks.len());
+    let (leader, standby) = if a_leads { (&a, &b) } else { (&b, &a) };
+    assert_eq!(leader.audit_events("done", None).len(), lost_tasks.len());
+    assert!(standby.audit_events("intent", None).is_empty());
+    assert_eq!(
+        standby
+            .metric0("ds_reaper_actions_total{action=\"fail\",result=\"ok\"}")
+            .await?,
+        0.0
+    );
+    assert_eq!(
+        standby
+            .metric0("ds_reaper_zombies_detected_total{reason=\"worker_lost\"}")
+            .await?,
+        3.0,
+        "the standby still detects"
+    );
+    assert_eq!(db.task_state(kept).await?.state, 1);
+
+    // The leader stops: the standby takes over.
+    let (mut leader, standby) = if a_leads { (a, b) } else { (b, a) };
+    assert_eq!(leader.terminate().await?, Some(0));
+    standby.wait_metric(LEADER, |v| v == 1.0).await?;
+    assert_eq!(standby.json("/api/v1/status").await?["leader"], true);
+
+    // And the new leader acts.
+    let mut w2 = _w2;
+    w2.crash().await;
+    wait_until("the new leader fails the next zombie", || async {
+        Ok(db.task_state(kept).await?.state == 6)
+    })
+    .await?;
+    assert_eq!(standby.audit_events("done", Some(kept)).len(), 1);
+    assert!(leader.audit_events("done", Some(kept)).is_empty());
+
+    let mut standby = standby;
+    assert_eq!(standby.terminate().await?, Some(0));
+    cleanup(db, &root).await
+}
