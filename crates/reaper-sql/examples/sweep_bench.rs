@@ -10,7 +10,8 @@
 //!
 //! Raw statements run through the command-line clients: `psql` with `\timing`,
 //! `mariadb` with `SHOW PROFILES` (server-side duration). Each figure is the
-//! best of three runs after a warm-up.
+//! best of five runs after a warm-up (the machine is shared: the minimum filters
+//! other load best).
 
 use anyhow::{bail, Context, Result};
 use ds_sim::db::{SimDb, SimKind, WorkflowSpec};
@@ -23,7 +24,7 @@ use std::time::{Duration, Instant};
 const FIXTURE: &str = "3.2.2";
 const LIVE: i64 = 2_000;
 const RECENT: i64 = 50_000;
-const RUNS: usize = 3;
+const RUNS: usize = 5;
 const STATES: [i32; 2] = [1, 17];
 
 const SELECT: &str =
