@@ -1,0 +1,369 @@
+//! Benchmarks that need the real daemon: reap throughput and steady-state
+//! footprint. Each prints human lines and `RESULT <key> <value>` lines that
+//! `scripts/bench/all.sh` collects into its table.
+
+use super::{free_port, poll, reaper_binary, zk_connect, Reaper};
+use anyhow::{bail, Context, Result};
+use chrono::{Duration as TimeDelta, Utc};
+use ds_sim::db::{SimDb, SimKind, SimPool, WorkflowSpec};
+use ds_sim::zk::{delete_tree, ServerKind, SimFleet, SimOptions, SimServer};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+fn result(key: &str, value: f64) {
+    println!("RESULT {key} {value:.3}");
+}
+
+fn config(zk: &str, root: &str, url: &str, port: u16, dir: &Path, extra: &str) -> String {
+    format!(
+        r#"[dolphinscheduler]
+version = "auto"
+time_zone = "UTC"
+[zookeeper]
+connect = "{zk}"
+root = "{root}"
+session_timeout = "30s"
+[database]
+url = "{url}"
+{extra}
+[http]
+listen = "127.0.0.1:{port}"
+[audit]
+path = "{audit}"
+[log]
+format = "json"
+level = "warn"
+"#,
+        audit = dir.join("audit.jsonl").display()
+    )
+}
+
+async fn spawn(bin: &Path, dir: &Path, cfg: &str, port: u16) -> Result<Reaper> {
+    let cfg_path = dir.join("config.toml");
+    std::fs::write(&cfg_path, cfg)?;
+    let log = dir.join("ds-reaper.log");
+    let logf = std::fs::File::create(&log)?;
+    let child = tokio::process::Command::new(bin)
+        .arg("--config")
+        .arg(&cfg_path)
+        .arg("run")
+        .stdin(Stdio::null())
+        .stdout(logf.try_clone()?)
+        .stderr(logf)
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    let rp = Reaper {
+        child,
+        port,
+        log,
+        client: reqwest::Client::new(),
+    };
+    let ready = poll("ds-reaper ready", Duration::from_secs(180), || async {
+        if let Ok((200, _)) = rp.text("/readyz").await {
+            if let Ok(s) = rp.json("/api/v1/status").await {
+                if s["last_sweep"]["result"] == "ok" {
+                    return Ok(Some(()));
+                }
+            }
+        }
+        Ok(None)
+    })
+    .await;
+    if let Err(e) = ready {
+        bail!("{e:#}\n{}", rp.log_tail());
+    }
+    Ok(rp)
+}
+
+fn my(db: &SimDb) -> Result<&sqlx::MySqlPool> {
+    match &db.pool {
+        SimPool::My(p) => Ok(p),
+        SimPool::Pg(_) => bail!("benchmarks run on MariaDB"),
+    }
+}
+
+async fn count_state(db: &SimDb, a: i64, b: i64, state: i32) -> Result<i64> {
+    let n: i64 = sqlx::query_scalar(&format!(
+        "SELECT COUNT(*) FROM t_ds_task_instance WHERE id BETWEEN {a} AND {b} AND state = {state}"
+    ))
+    .fetch_one(my(db)?)
+    .await?;
+    Ok(n)
+}
+
+pub async fn reap(reaper: Option<PathBuf>, n: u64) -> Result<()> {
+    let bin = reaper_binary(reaper)?;
+    let db = SimDb::create(SimKind::MySql, "3.2.2").await?;
+    let zk = zk_connect();
+    let root = format!("/ds-bench-reap-{}/dolphinscheduler", std::process::id());
+    let dir = tempfile::tempdir()?;
+    let r = reap_body(&bin, &db, &zk, &root, dir.path(), n).await;
+    let _ = delete_tree(&zk, &root).await;
+    db.drop().await?;
+    r
+}
+
+async fn reap_body(bin: &Path, db: &SimDb, zk: &str, root: &str, dir: &Path, n: u64) -> Result<()> {
+    let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
+    let (a, b) = db.bulk_fill(wf, n, 1, "10.0.0.11:1234").await?;
+    db.bulk_fill(wf, 10, 1, "10.0.0.12:1234").await?;
+    // a realistic table: the zombies among finished history
+    db.bulk_fill(wf, 100_000, 7, "10.0.0.12:1234").await?;
+
+    // The raw figure: one conditional batched UPDATE of the same rows, best of 3.
+    let mut raw = f64::INFINITY;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let done = sqlx::query(&format!(
+            "UPDATE t_ds_task_instance SET state = 6, end_time = NOW() \
+             WHERE id BETWEEN {a} AND {b} AND state = 1 AND flag = 1"
+        ))
+        .execute(my(db)?)
+        .await?
+        .rows_affected();
+        raw = raw.min(t.elapsed().as_secs_f64());
+        if done != n {
+            bail!("raw UPDATE touched {done} rows, expected {n}");
+        }
+        sqlx::query(&format!(
+            "UPDATE t_ds_task_instance SET state = 1 WHERE id BETWEEN {a} AND {b}"
+        ))
+        .execute(my(db)?)
+        .await?;
+    }
+    println!(
+        "raw batched UPDATE of {n} rows: {:.1} ms (best of 3)",
+        raw * 1000.0
+    );
+
+    let started = Utc::now() - TimeDelta::hours(1);
+    let mut servers = Vec::new();
+    for (k, h) in [
+        (ServerKind::Master, "10.0.0.1:5678"),
+        (ServerKind::Worker, "10.0.0.11:1234"),
+        (ServerKind::Worker, "10.0.0.12:1234"),
+        (ServerKind::Worker, "10.0.0.13:1234"),
+    ] {
+        servers.push(SimServer::register(zk, root, db.line, k, h, &[], started).await?);
+    }
+    let port = free_port()?;
+    let extra = format!(
+        "[reconcile]\nsweep_interval = \"1s\"\nfull_scan_interval = \"1m\"\ngrace_period = \"2s\"\n\
+         startup_settle = \"1s\"\nmax_actions_per_sweep = {n}\n\
+         [rate]\nper_minute = 10000000\n\
+         [brake]\nmax_lost_worker_fraction = 0.99\nmax_zombie_fraction = 1.0\nmin_zombies = 100000000\n\
+         [policy]\nworker_lost = \"fail\"\n"
+    );
+    let mut rp = spawn(
+        bin,
+        dir,
+        &config(zk, root, db.url(), port, dir, &extra),
+        port,
+    )
+    .await?;
+    let crash = Instant::now();
+    servers[1].crash().await;
+    let r = poll("every zombie failed", Duration::from_secs(600), || async {
+        Ok((count_state(db, a, b, 6).await? == n as i64).then_some(()))
+    })
+    .await;
+    let total = crash.elapsed().as_secs_f64();
+    let _ = rp.stop().await;
+    for s in &mut servers {
+        s.crash().await;
+    }
+    r.with_context(|| rp.log_tail())?;
+    // The daemon's own reaping time: first intent to last outcome in the audit trail.
+    let audit = std::fs::read_to_string(dir.join("audit.jsonl"))?;
+    let mut first = None;
+    let mut last = None;
+    let mut done = 0u64;
+    for l in audit.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(l) else {
+            continue;
+        };
+        let ts = v["ts"]
+            .as_str()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
+        match v["event"].as_str() {
+            Some("intent") if first.is_none() => first = ts,
+            Some("done") => {
+                done += 1;
+                last = ts;
+            }
+            _ => {}
+        }
+    }
+    let (Some(f), Some(l)) = (first, last) else {
+        bail!("no intent/done in the audit trail");
+    };
+    let reaping = (l - f).num_microseconds().unwrap_or(0) as f64 / 1e6;
+    println!(
+        "daemon: {done} done records; reaping (first intent → last done) {reaping:.2} s = {:.0} tasks/s; \
+         crash → all FAILURE {total:.1} s (grace 2 s + sweep)",
+        done as f64 / reaping.max(1e-6)
+    );
+    println!("ratio daemon / raw UPDATE: {:.1}×", reaping / raw);
+    result("reap_raw_update_ms", raw * 1000.0);
+    result("reap_daemon_s", reaping);
+    result("reap_daemon_per_s", done as f64 / reaping.max(1e-6));
+    result("reap_ratio", reaping / raw);
+    result("reap_crash_to_all_s", total);
+    Ok(())
+}
+
+/// (utime + stime in clock ticks, RSS in kB) of a process.
+fn proc_sample(pid: u32) -> Result<(u64, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // fields after the parenthesised command name
+    let rest = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = f.get(11).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0)
+        + f.get(12).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let rss = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    Ok((ticks, rss))
+}
+
+fn clk_tck() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+pub async fn steady(reaper: Option<PathBuf>, workers: usize, rows: u64, secs: u64) -> Result<()> {
+    let bin = reaper_binary(reaper)?;
+    let db = SimDb::create(SimKind::MySql, "3.2.2").await?;
+    let zk = zk_connect();
+    let root = format!("/ds-bench-steady-{}/dolphinscheduler", std::process::id());
+    let dir = tempfile::tempdir()?;
+    let r = steady_body(&bin, &db, &zk, &root, dir.path(), workers, rows, secs).await;
+    let _ = delete_tree(&zk, &root).await;
+    db.drop().await?;
+    r
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn steady_body(
+    bin: &Path,
+    db: &SimDb,
+    zk: &str,
+    root: &str,
+    dir: &Path,
+    workers: usize,
+    rows: u64,
+    secs: u64,
+) -> Result<()> {
+    let host = |i: usize| format!("10.2.{}.{}:1234", i / 250, i % 250 + 1);
+    let hosts: Vec<String> = (0..workers).map(host).collect();
+    let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
+    let t = Instant::now();
+    let (a, b) = db.bulk_fill(wf, rows, 1, "x").await?;
+    // spread the live rows over every worker
+    let w = workers.max(1);
+    sqlx::query(&format!(
+        "UPDATE t_ds_task_instance SET host = CONCAT('10.2.', FLOOR((id % {w}) / 250), '.', \
+         (id % {w}) % 250 + 1, ':1234') WHERE id BETWEEN {a} AND {b}"
+    ))
+    .execute(my(db)?)
+    .await?;
+    println!(
+        "{rows} live rows over {workers} workers in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    let started = Utc::now() - TimeDelta::hours(1);
+    let _m = SimServer::register(
+        zk,
+        root,
+        db.line,
+        ServerKind::Master,
+        "10.0.0.1:5678",
+        &[],
+        started,
+    )
+    .await?;
+    let fleet = SimFleet::register(
+        zk,
+        root,
+        db.line,
+        ServerKind::Worker,
+        &hosts,
+        &[],
+        started,
+        SimOptions {
+            // DS's own heartbeat interval
+            interval: Duration::from_secs(10),
+            ..SimOptions::default()
+        },
+    )
+    .await?;
+    let port = free_port()?;
+    let extra = "[reconcile]\nsweep_interval = \"10s\"\nfull_scan_interval = \"1m\"\nstartup_settle = \"2s\"\n";
+    let mut rp = spawn(
+        bin,
+        dir,
+        &config(zk, root, db.url(), port, dir, extra),
+        port,
+    )
+    .await?;
+    let pid = rp.child.id().context("daemon pid")?;
+    let st = rp.json("/api/v1/status").await?;
+    println!(
+        "daemon ready: {} candidates, {} zombies in the first sweep; measuring {secs} s \
+         (sweep 10 s, full scan 1 m)",
+        st["last_sweep"]["candidates"], st["last_sweep"]["zombies"]
+    );
+    let tck = clk_tck();
+    let (t0, _) = proc_sample(pid)?;
+    let start = Instant::now();
+    let mut rss_max = 0u64;
+    let mut rss_sum = 0u64;
+    let mut k = 0u64;
+    while start.elapsed() < Duration::from_secs(secs) {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let (_, rss) = proc_sample(pid)?;
+        rss_max = rss_max.max(rss);
+        rss_sum += rss;
+        k += 1;
+    }
+    let (t1, _) = proc_sample(pid)?;
+    let cpu = (t1 - t0) as f64 / tck / start.elapsed().as_secs_f64() * 100.0;
+    let (_, metrics) = rp.text("/metrics").await?;
+    let get = |name: &str| {
+        metrics.lines().find_map(|l| {
+            let (n, v) = l.rsplit_once(' ')?;
+            (n == name).then(|| v.parse::<f64>().ok()).flatten()
+        })
+    };
+    let sweeps = get("ds_reaper_sweep_duration_seconds_count").unwrap_or(0.0);
+    let sweep_avg = get("ds_reaper_sweep_duration_seconds_sum").unwrap_or(0.0) / sweeps.max(1.0);
+    println!(
+        "steady: RSS max {:.1} MiB avg {:.1} MiB; CPU {cpu:.2}% of one core; \
+         {} live workers seen; {sweeps} sweeps, mean {:.0} ms",
+        rss_max as f64 / 1024.0,
+        rss_sum as f64 / k.max(1) as f64 / 1024.0,
+        get("ds_reaper_live_workers").unwrap_or(0.0),
+        sweep_avg * 1000.0
+    );
+    result("steady_rss_max_mib", rss_max as f64 / 1024.0);
+    result("steady_cpu_percent", cpu);
+    result("steady_sweep_mean_ms", sweep_avg * 1000.0);
+    result(
+        "steady_live_workers",
+        get("ds_reaper_live_workers").unwrap_or(0.0),
+    );
+    let _ = rp.stop().await;
+    fleet.close().await;
+    Ok(())
+}
