@@ -1,0 +1,215 @@
+//! Helpers of the chaos suite: a TCP proxy that can cut the database off, a
+//! daemon respawn on the same config, and the invariants every scenario checks.
+
+#![allow(dead_code)]
+
+use anyhow::{bail, Context, Result};
+use reaper_e2e::Daemon;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+/// Brake and rate relaxed so the scenarios exercise the failure under test,
+/// not the brake (it has its own tests).
+pub const RELAXED: &str = "[brake]\nmax_lost_worker_fraction = 0.99\nmin_zombies = 1000000\n\
+                           [rate]\nper_minute = 1000000\n";
+
+/// A loopback TCP proxy in front of a server; `down()` drops every open
+/// connection and refuses new ones until `up()`, like a database that went away.
+pub struct Proxy {
+    pub port: u16,
+    down: Arc<AtomicBool>,
+    kill: watch::Sender<u64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    pub async fn start(upstream: &str) -> Result<Proxy> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
+        let down = Arc::new(AtomicBool::new(false));
+        let (kill, kill_rx) = watch::channel(0u64);
+        let upstream = upstream.to_string();
+        let d = down.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    continue;
+                };
+                if d.load(Ordering::SeqCst) {
+                    let _ = inbound.shutdown().await;
+                    continue;
+                }
+                let up = upstream.clone();
+                let mut rx = kill_rx.clone();
+                rx.mark_unchanged();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = TcpStream::connect(&up).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = rx.changed() => {}
+                    }
+                });
+            }
+        });
+        Ok(Proxy {
+            port,
+            down,
+            kill,
+            task,
+        })
+    }
+
+    pub fn down(&self) {
+        self.down.store(true, Ordering::SeqCst);
+        self.kill.send_modify(|n| *n += 1);
+    }
+
+    pub fn up(&self) {
+        self.down.store(false, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+        self.kill.send_modify(|n| *n += 1);
+    }
+}
+
+/// The URL of `url`'s database through the proxy on `port` (host:port replaced).
+pub fn via_proxy(url: &str, port: u16) -> String {
+    // scheme://user:pass@host:port/db
+    let (scheme, rest) = url.split_once("://").unwrap_or(("mysql", url));
+    let (auth, tail) = rest.rsplit_once('@').unwrap_or(("", rest));
+    let path = tail.find('/').map(|i| &tail[i..]).unwrap_or("");
+    if auth.is_empty() {
+        format!("{scheme}://127.0.0.1:{port}{path}")
+    } else {
+        format!("{scheme}://{auth}@127.0.0.1:{port}{path}")
+    }
+}
+
+pub fn kill(pid: u32, sig: &str) -> Result<()> {
+    let st = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()?;
+    if !st.success() {
+        bail!("kill {sig} {pid} failed");
+    }
+    Ok(())
+}
+
+/// Kills the daemon with SIGKILL and starts it again on the same config,
+/// audit file and port (its log is appended to).
+pub async fn kill9_and_respawn(d: &mut Daemon, env: &[(&str, &str)]) -> Result<()> {
+    if let Some(pid) = d.child.id() {
+        kill(pid, "-KILL")?;
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(30), d.child.wait())
+        .await
+        .context("daemon did not die on SIGKILL")?;
+    let logf = std::fs::OpenOptions::new().append(true).open(&d.log)?;
+    let mut cmd = tokio::process::Command::new(reaper_e2e::binary()?);
+    cmd.arg("--config")
+        .arg(&d.config)
+        .arg("run")
+        .stdin(Stdio::null())
+        .stdout(logf.try_clone()?)
+        .stderr(logf)
+        .kill_on_drop(true);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    d.child = cmd.spawn()?;
+    reaper_e2e::wait_until("respawned daemon answers /healthz", || async {
+        Ok(matches!(d.get("/healthz").await, Ok((200, _))))
+    })
+    .await
+}
+
+/// The daemon process is still running and answers /healthz.
+pub async fn assert_alive(d: &mut Daemon) -> Result<()> {
+    if let Some(st) = d.child.try_wait()? {
+        bail!("ds-reaper exited ({st}); log:\n{}", d.log_text());
+    }
+    let (code, _) = d.get("/healthz").await?;
+    if code != 200 {
+        bail!("/healthz answered {code}");
+    }
+    Ok(())
+}
+
+/// What the audit trail says per task.
+#[derive(Debug, Default)]
+pub struct AuditSummary {
+    /// task -> number of `done` records
+    pub done: BTreeMap<i64, usize>,
+    pub lost_race: BTreeSet<i64>,
+    pub errors: BTreeSet<i64>,
+    /// tasks with an `intent` that no outcome followed
+    pub orphan_intents: BTreeSet<i64>,
+    pub detected: BTreeMap<i64, usize>,
+}
+
+/// Checks that every `intent` is followed by an outcome for the same task
+/// (`done`, `lost_race`, `error`); intents left open (by a crash) are listed.
+pub fn summarize_audit(records: &[Value]) -> AuditSummary {
+    let mut s = AuditSummary::default();
+    let mut open: BTreeSet<i64> = BTreeSet::new();
+    for r in records {
+        let Some(id) = r["task_id"].as_i64() else {
+            continue;
+        };
+        match r["event"].as_str().unwrap_or("") {
+            "detected" => *s.detected.entry(id).or_default() += 1,
+            // A second intent while one is open: the first never got its outcome.
+            "intent" if !open.insert(id) => {
+                s.orphan_intents.insert(id);
+            }
+            "done" => {
+                open.remove(&id);
+                *s.done.entry(id).or_default() += 1;
+            }
+            "lost_race" => {
+                open.remove(&id);
+                s.lost_race.insert(id);
+            }
+            "error" => {
+                open.remove(&id);
+                s.errors.insert(id);
+            }
+            _ => {}
+        }
+    }
+    s.orphan_intents.extend(open);
+    s
+}
+
+/// A small deterministic generator (no extra dependency for randomness).
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.max(1))
+    }
+    pub fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
