@@ -237,3 +237,70 @@ async fn reap_cli_refuses_or_writes() -> anyhow::Result<()> {
 
     cleanup(db, &root).await
 }
+
+/// SPEC §7 `check --observe`: a loss seen while observing has a known
+/// duration and loss time (unlike a host never seen).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_observe_sees_a_loss() -> anyhow::Result<()> {
+    if !services_up().await {
+        return Ok(());
+    }
+    let db = sim_db(SimKind::MySql, "3.2.2").await?;
+    let line = db.line;
+    let root = unique_root();
+    let _m = server(&root, line, NodeKind::Master, "10.0.0.1:5678", &[]).await?;
+    let mut w1 = server(&root, line, NodeKind::Worker, "10.0.0.11:1234", &[]).await?;
+    let _w2 = server(&root, line, NodeKind::Worker, "10.0.0.12:1234", &[]).await?;
+    let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
+    let seen = db
+        .insert_task(&TaskSpec::new(wf, 1, Some("10.0.0.11:1234")))
+        .await?;
+    let unseen = db
+        .insert_task(&TaskSpec::new(wf, 1, Some("10.9.9.9:1234")))
+        .await?;
+    let cfg = CliConfig::new(db.url(), &root, "")?;
+    let p = cfg.path_str();
+    // Built before the clock starts (the first use may build it).
+    binary()?;
+    let check = tokio::spawn(async move {
+        run_cli(
+            &[
+                "--config",
+                &p,
+                "check",
+                "--format",
+                "json",
+                "--observe",
+                "15s",
+            ],
+            &[],
+        )
+        .await
+    });
+    // Well after the command has its registry view, well before it ends.
+    tokio::time::sleep(std::time::Duration::from_secs(8)).await;
+    w1.crash().await;
+    let (code, out, err) = check.await??;
+    assert_eq!(code, 1, "{out}{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out)?;
+    let zs = doc["zombies"].as_array().expect("zombies");
+    let find = |id: i64| {
+        zs.iter()
+            .find(|z| z["task_id"] == id)
+            .unwrap_or_else(|| panic!("zombie {id} in {doc:#}"))
+    };
+    let z = find(seen);
+    assert_eq!(z["reason"], "worker_lost");
+    assert!(z["evidence"]["lost_at"].is_string(), "{z:#}\n{err}");
+    assert!(
+        z["evidence"]["absent_for_seconds"]
+            .as_i64()
+            .is_some_and(|s| s >= 2),
+        "{z:#}"
+    );
+    let z = find(unseen);
+    assert!(z["evidence"]["absent_for_seconds"].is_null(), "{z:#}");
+    assert!(z["evidence"]["lost_at"].is_null(), "{z:#}");
+    assert_eq!(db.task_state(seen).await?.state, 1, "check never writes");
+    cleanup(db, &root).await
+}
