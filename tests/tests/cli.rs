@@ -271,7 +271,7 @@ async fn check_observe_sees_a_loss() -> anyhow::Result<()> {
                 "--format",
                 "json",
                 "--observe",
-                "15s",
+                "20s",
             ],
             &[],
         )
