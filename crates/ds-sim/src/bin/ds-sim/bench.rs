@@ -11,6 +11,13 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+/// Before the bulk rows' submit time (2024-01-01), so no row looks like it
+/// outlived a worker restart.
+fn servers_started() -> chrono::DateTime<Utc> {
+    chrono::DateTime::from_timestamp(1_700_000_000, 0)
+        .unwrap_or_else(|| Utc::now() - TimeDelta::days(400))
+}
+
 fn result(key: &str, value: f64) {
     println!("RESULT {key} {value:.3}");
 }
@@ -138,7 +145,7 @@ async fn reap_body(bin: &Path, db: &SimDb, zk: &str, root: &str, dir: &Path, n: 
         raw * 1000.0
     );
 
-    let started = Utc::now() - TimeDelta::hours(1);
+    let started = servers_started();
     let mut servers = Vec::new();
     for (k, h) in [
         (ServerKind::Master, "10.0.0.1:5678"),
@@ -282,7 +289,7 @@ async fn steady_body(
         "{rows} live rows over {workers} workers in {:.1} s",
         t.elapsed().as_secs_f64()
     );
-    let started = Utc::now() - TimeDelta::hours(1);
+    let started = servers_started();
     let _m = SimServer::register(
         zk,
         root,

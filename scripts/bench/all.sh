@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Every benchmark, one table (figure vs target):
+#   - core planner (cargo bench -p reaper-core, plan over 100k candidates x 2k workers)
+#   - SQL sweep and writes vs raw SQL (scripts/bench/sweep.sh)
+#   - reaping latency and idle footprint (scripts/bench/latency.sh, idle.sh, when present)
+#   - reap throughput: 2,000 zombies reaped by the daemon vs one raw batched UPDATE
+#   - steady RSS/CPU with 2,000 workers and 100,000 live rows
+# Needs the local services (deploy/dev/services.sh). Not part of CI.
+# Usage: scripts/bench/all.sh          full run (the sweep bench fills 1M and 5M rows: slow)
+#        QUICK=1 scripts/bench/all.sh  short windows, sweep at 200k rows on MariaDB only
+# Logs of each part: $BENCH_LOG_DIR (default: a temp dir, printed).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+# shellcheck source=../../deploy/dev/env.sh
+source deploy/dev/env.sh
+
+QUICK=${QUICK:-0}
+LOG_DIR=${BENCH_LOG_DIR:-$(mktemp -d /tmp/ds-reaper-bench.XXXXXX)}
+mkdir -p "$LOG_DIR"
+target="${CARGO_TARGET_DIR:-target}/release"
+rows=()   # "figure|value|target|verdict"
+
+say() { echo "== $*" >&2; }
+row() { rows+=("$1|$2|$3|$4"); }
+# verdict VALUE OP LIMIT -> OK / MISS (numeric; "-" when the value is missing)
+verdict() {
+  if [[ -z "$1" || "$1" == "-" ]]; then echo "n/a"; return; fi
+  awk -v v="$1" -v l="$3" -v op="$2" 'BEGIN {
+    ok = (op == "<") ? (v < l) : (v <= l); print (ok ? "OK" : "MISS") }'
+}
+# run NAME CMD...: runs a part, its output to $LOG_DIR/NAME.log; false on failure
+run() {
+  local name=$1; shift
+  say "$name: $*  (log: $LOG_DIR/$name.log)"
+  if "$@" >"$LOG_DIR/$name.log" 2>&1; then return 0; fi
+  echo "   $name FAILED, last lines:" >&2
+  tail -n 15 "$LOG_DIR/$name.log" >&2
+  return 1
+}
+result() { awk -v k="$2" '$1 == "RESULT" && $2 == k { print $3 }' "$LOG_DIR/$1.log" | tail -n1; }
+
+say "building release binaries"
+cargo build --release -q -p reaper -p ds-sim
+
+# 1. core planner -------------------------------------------------------------
+crit=()
+if [[ "$QUICK" == 1 ]]; then crit=(--warm-up-time 1 --measurement-time 3 --sample-size 10); fi
+if run plan cargo bench -q -p reaper-core --bench plan -- "${crit[@]}"; then
+  # criterion: "time:   [low unit  estimate unit  high unit]"
+  est=$(grep -m1 'time:' "$LOG_DIR/plan.log" | sed -E 's/.*\[([^ ]+) ([^ ]+) ([^ ]+) ([^ ]+) .*/\3 \4/')
+  val=${est% *}; unit=${est#* }
+  ms=$(awk -v v="$val" -v u="$unit" 'BEGIN { f = (u == "s") ? 1000 : (u == "ms") ? 1 : (u == "µs" || u == "us") ? 0.001 : 0.000001; printf "%.2f", v * f }')
+  row "plan: 100k candidates x 2k workers" "$ms ms" "< 20 ms" "$(verdict "$ms" "<" 20)"
+else
+  row "plan: 100k candidates x 2k workers" "-" "< 20 ms" "FAILED"
+fi
+
+# 2. sweep bench ----------------------------------------------------------------
+if [[ -x scripts/bench/sweep.sh || -f scripts/bench/sweep.sh ]]; then
+  if [[ "$QUICK" == 1 ]]; then
+    sweep=(env BENCH_DB=mariadb bash scripts/bench/sweep.sh 200000)
+  else
+    sweep=(bash scripts/bench/sweep.sh)
+  fi
+  if run sweep "${sweep[@]}"; then
+    # rows: "<db> <rows> | incr raw ratio | full raw ratio | fail raw ratio"
+    while IFS='|' read -r head inc full write; do
+      read -r db n <<<"$head"
+      read -r i1 i2 ir <<<"$inc"
+      read -r f1 f2 fr <<<"$full"
+      read -r w1 w2 wr <<<"$write"
+      row "sweep $db $n rows: incremental vs raw range" "$i1 ms / $i2 ms = ${ir}x" "<= 1.3x" "$(verdict "$ir" "<=" 1.3)"
+      row "sweep $db $n rows: full scan vs raw" "$f1 ms / $f2 ms = ${fr}x" "<= 1.3x" "$(verdict "$fr" "<=" 1.3)"
+      row "sweep $db $n rows: fail 2000 vs raw UPDATE" "$w1 ms / $w2 ms = ${wr}x" "<= 3x" "$(verdict "$wr" "<=" 3)"
+    done < <(grep -E '^(mariadb|mysql|postgres[a-z]*) +[0-9]+ +\|' "$LOG_DIR/sweep.log")
+  else
+    row "sweep (scripts/bench/sweep.sh)" "-" "" "FAILED"
+  fi
+fi
+
+# 3. latency and idle (another helper's scripts; used when present) ------------
+if [[ -f scripts/bench/latency.sh ]]; then
+  trials=20; [[ "$QUICK" == 1 ]] && trials=5
+  if run latency bash scripts/bench/latency.sh "$trials"; then
+    line=$(grep -m1 'median' "$LOG_DIR/latency.log" || true)
+    med=$(sed -E 's/.*median ([0-9.]+) s.*/\1/' <<<"$line")
+    max=$(sed -E 's/.*max ([0-9.]+) s.*/\1/' <<<"$line")
+    row "latency: worker loss -> row FAILURE (grace 5 s, $trials trials)" "median $med s, max $max s" "<= 6 s" "$(verdict "$max" "<=" 6)"
+  else
+    row "latency (scripts/bench/latency.sh)" "-" "<= 6 s" "FAILED"
+  fi
+fi
+if [[ -f scripts/bench/idle.sh ]]; then
+  secs=60; [[ "$QUICK" == 1 ]] && secs=20
+  if run idle bash scripts/bench/idle.sh "$secs"; then
+    line=$(grep -m1 'idle daemon' "$LOG_DIR/idle.log" || true)
+    rss=$(sed -E 's/.*\(max ([0-9.]+) MB\).*/\1/' <<<"$line")
+    cpu=$(sed -E 's/.*CPU ([0-9.]+) %.*/\1/' <<<"$line")
+    row "idle daemon RSS (small cluster, ${secs} s)" "$rss MB" "< 30 MB" "$(verdict "$rss" "<" 30)"
+    row "idle daemon CPU (small cluster, ${secs} s)" "$cpu %" "< 1 %" "$(verdict "$cpu" "<" 1)"
+  else
+    row "idle (scripts/bench/idle.sh)" "-" "" "FAILED"
+  fi
+fi
+
+# 4. reap throughput -------------------------------------------------------------
+if run reap "$target/ds-sim" bench-reap --reaper "$target/ds-reaper" --zombies 2000; then
+  raw=$(result reap reap_raw_update_ms)
+  dsec=$(result reap reap_daemon_s)
+  rate=$(result reap reap_daemon_per_s)
+  ratio=$(result reap reap_ratio)
+  row "reap 2000 zombies: daemon vs raw batched UPDATE" \
+    "$(awk -v d="$dsec" 'BEGIN{printf "%.0f", d*1000}') ms / ${raw%.*} ms = $(printf '%.1f' "$ratio")x" "<= 3x" "$(verdict "$ratio" "<=" 3)"
+  row "reap 2000 zombies: daemon throughput" "$(printf '%.0f' "$rate") tasks/s" "(figure)" "-"
+else
+  row "reap 2000 zombies" "-" "<= 3x" "FAILED"
+fi
+
+# 5. steady footprint at scale -----------------------------------------------------
+secs=60; [[ "$QUICK" == 1 ]] && secs=20
+if run steady "$target/ds-sim" bench-steady --reaper "$target/ds-reaper" --workers 2000 --rows 100000 --seconds "$secs"; then
+  row "steady, 2000 workers + 100k live rows: RSS max" "$(printf '%.1f' "$(result steady steady_rss_max_mib)") MiB" "(figure)" "-"
+  row "steady, 2000 workers + 100k live rows: CPU" "$(printf '%.2f' "$(result steady steady_cpu_percent)") % of one core" "(figure)" "-"
+  row "steady, 2000 workers + 100k live rows: mean sweep" "$(printf '%.0f' "$(result steady steady_sweep_mean_ms)") ms" "(figure)" "-"
+else
+  row "steady at scale" "-" "" "FAILED"
+fi
+
+echo
+printf '%-62s | %-34s | %-9s | %s\n' "figure" "measured" "target" "verdict"
+printf '%s\n' "$(printf -- '-%.0s' {1..120})"
+for r in "${rows[@]}"; do
+  IFS='|' read -r f v t k <<<"$r"
+  printf '%-62s | %-34s | %-9s | %s\n' "$f" "$v" "$t" "$k"
+done
+echo
+echo "logs: $LOG_DIR (QUICK=$QUICK)"
