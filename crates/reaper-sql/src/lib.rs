@@ -5,12 +5,12 @@
 //!
 //! Two typed sqlx pools are used rather than `sqlx::Any`, which neither
 //! translates placeholders nor decodes DS's column types. All SQL text lives in
-//! [`mysql`] and [`postgres`]; table and column identifiers come from
+//! `mysql.rs` and `postgres.rs`; table and column identifiers come from
 //! `schema`, chosen by line, never from input.
 
 mod follow;
-pub mod mysql;
-pub mod postgres;
+mod mysql;
+mod postgres;
 mod schema;
 
 use reaper_core::{Action, Candidate, DsLine, FollowUp, Instant, Zone};
