@@ -131,6 +131,14 @@ async fn post_endpoints_auth_and_reap() -> anyhow::Result<()> {
             .any(|r| r["actor"] == "api" && r["event"] == "done")),
         "{a:#}"
     );
+    // limit=N answers the latest N records.
+    let a = d.json("/api/v1/audit?limit=1").await?;
+    let recs = a["records"].as_array().expect("records");
+    assert_eq!(recs.len(), 1, "{a:#}");
+    assert_eq!(recs[0]["event"], "done", "{a:#}");
+    assert_eq!(recs[0]["actor"], "api", "{a:#}");
+    let (code, body) = d.get("/api/v1/audit?limit=lots").await?;
+    assert_eq!(code, 400, "{body}");
     // Reaped once: a second try is refused (the row is finished now).
     let (code, body) = d.post(&reap_path(zombie), Some(token), "").await?;
     assert_eq!(code, 409, "{body}");
