@@ -109,7 +109,7 @@ if run reap "$target/ds-sim" bench-reap --reaper "$target/ds-reaper" --zombies 2
   dsec=$(result reap reap_daemon_s)
   rate=$(result reap reap_daemon_per_s)
   ratio=$(result reap reap_ratio)
-  row "reap 2000 zombies: daemon vs raw batched UPDATE" \
+  row "reap 2000 zombies: daemon vs one raw UPDATE (id list)" \
     "$(awk -v d="$dsec" 'BEGIN{printf "%.0f", d*1000}') ms / ${raw%.*} ms = $(printf '%.1f' "$ratio")x" "<= 3x" "$(verdict "$ratio" "<=" 3)"
   row "reap 2000 zombies: daemon throughput" "$(printf '%.0f' "$rate") tasks/s" "(figure)" "-"
 else

@@ -182,8 +182,67 @@ async fn cluster(
     println!("  master       : 10.0.0.1:5678");
     println!("  workers      : {}", hosts.join(", "));
     println!("  workflow {wf} with {tasks} RUNNING tasks");
-    println!("crash a worker by hand with e.g. zkCli: delete {root}/nodes/worker/<host>");
-    tokio::signal::ctrl_c().await?;
+    println!(
+        "point ds-reaper at it: DS_REAPER__DATABASE__URL='{}' DS_REAPER__ZOOKEEPER__ROOT='{root}'",
+        db.url()
+    );
+    println!("commands on stdin: crash <host> | restart <host> | freeze <host> | list | quit");
+    // A plain thread reads stdin: the workspace's tokio has no io-std feature.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<String>(16);
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lines() {
+            let Ok(line) = line else { break };
+            if tx.blocking_send(line).is_err() {
+                break;
+            }
+        }
+    });
+    loop {
+        let line = tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            l = rx.recv() => match l {
+                Some(l) => l,
+                None => {
+                    // stdin closed (e.g. run in the background): wait for Ctrl-C
+                    tokio::signal::ctrl_c().await?;
+                    break;
+                }
+            },
+        };
+        let mut it = line.split_whitespace();
+        let (cmd, host) = (it.next().unwrap_or(""), it.next().unwrap_or(""));
+        let target = servers.iter_mut().find(|s| s.host() == host);
+        match (cmd, target) {
+            ("quit" | "exit", _) => break,
+            ("list", _) => {
+                for s in &servers {
+                    let state = if s.client().is_some() {
+                        "live"
+                    } else {
+                        "crashed"
+                    };
+                    println!("  {} {state}", s.host());
+                }
+            }
+            ("crash", Some(s)) => {
+                s.crash().await;
+                println!("  {host} crashed (session closed)");
+            }
+            ("restart", Some(s)) => {
+                s.restart(Utc::now()).await?;
+                println!("  {host} restarted with a new startup time");
+            }
+            ("freeze", Some(s)) => {
+                s.freeze_heartbeat();
+                println!("  {host}: heartbeat frozen (session stays)");
+            }
+            ("", _) => {}
+            (_, None) if !host.is_empty() => println!("  unknown host {host}"),
+            _ => {
+                println!("  commands: crash <host> | restart <host> | freeze <host> | list | quit")
+            }
+        }
+    }
     println!("stopping");
     for s in &mut servers {
         s.crash().await;
