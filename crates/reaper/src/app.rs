@@ -89,8 +89,13 @@ async fn sweeper(engine: SharedEngine, cancel: CancellationToken) {
         .max(Duration::from_millis(100));
     let mut next_tick = tokio::time::Instant::now() + interval;
     let mut last = membership(&engine.registry.view());
-    let mut lost_seen: std::collections::HashSet<String> =
-        engine.registry.view().lost_workers.keys().cloned().collect();
+    let mut lost_seen: std::collections::HashSet<String> = engine
+        .registry
+        .view()
+        .lost_workers
+        .keys()
+        .cloned()
+        .collect();
     let mut watchdog = tokio::time::interval(Duration::from_secs(5));
     let mut ready_sent = false;
     let mut pending_event: Option<tokio::time::Instant> = None;

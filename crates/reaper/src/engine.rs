@@ -46,8 +46,11 @@ pub struct Status {
     /// Why the daemon holds (line disagreement, ...), if it does.
     pub line_hold: Option<String>,
     pub last_sweep: Option<SweepSummary>,
-    /// The zombies of the last completed sweep, before its actions.
-    pub zombies: Vec<Value>,
+    /// The zombies of the last completed sweep, before its actions, and when
+    /// it judged them. Kept typed and shared: JSON is built per request, so a
+    /// huge zombie count does not cost its JSON size in resident memory.
+    pub zombies: Arc<Vec<Zombie>>,
+    pub zombies_at: Option<Instant>,
     pub brake: reaper_core::BrakeState,
     pub db_error: Option<String>,
 }
@@ -418,7 +421,7 @@ impl Engine {
             hold,
             ..st.safety.clone()
         };
-        let plan = plan(&view, &candidates, now, &policy, &safety);
+        let mut plan = plan(&view, &candidates, now, &policy, &safety);
         let was_engaged = st.safety.brake.engaged();
         st.safety = SafetyState {
             hold: None,
@@ -428,9 +431,9 @@ impl Engine {
         self.record_detection(&mut st, &plan, &candidates, line, now);
         self.record_brake(was_engaged, &plan, line, now);
 
-        let zombies_json: Vec<Value> = plan.zombies.iter().map(|z| zombie_json(z, now)).collect();
+        let zombies = Arc::new(std::mem::take(&mut plan.zombies));
         let mut per_reason: BTreeMap<Reason, i64> = Reason::ALL.iter().map(|r| (*r, 0)).collect();
-        for z in &plan.zombies {
+        for z in zombies.iter() {
             *per_reason.entry(z.reason).or_default() += 1;
         }
         for (r, n) in per_reason {
@@ -442,16 +445,20 @@ impl Engine {
             .set(plan.next.brake.engaged() as i64);
         {
             let mut s = self.status_write();
-            s.zombies = zombies_json;
+            s.zombies = zombies.clone();
+            s.zombies_at = Some(now);
             s.brake = plan.next.brake.clone();
         }
 
-        let actions: Vec<&Zombie> = plan.actions().collect();
+        let actions: Vec<&Zombie> = zombies
+            .iter()
+            .filter(|z| z.disposition == Disposition::Act)
+            .collect();
         let applied = self.execute(&actions, line, "daemon").await;
 
         summary.result = "ok".into();
         summary.candidates = candidates.len();
-        summary.zombies = plan.zombies.len();
+        summary.zombies = zombies.len();
         summary.actions = applied;
         if let Some(b) = &plan.next.brake.why {
             if plan.next.brake.engaged() {
@@ -504,6 +511,13 @@ impl Engine {
                 tracing::warn!(task_id = z.task.id, reason = %z.reason, host = ?z.task.host,
                     action = %z.action, "zombie detected");
                 records.push(self.base_record("detected", "daemon", z, line, now));
+                // Bounded batches: a mass event must not build one huge buffer.
+                if records.len() >= 1000 {
+                    if let Err(e) = self.audit.append(&records) {
+                        tracing::error!(error = %e, "cannot write the audit trail");
+                    }
+                    records.clear();
+                }
             }
         }
         // Forget tasks that are no longer live rows, so the map stays bounded.
@@ -622,7 +636,7 @@ impl Engine {
                                 .actions_total
                                 .with_label_values(&[z.action.as_str(), "ok"])
                                 .inc();
-                            tracing::warn!(task_id = z.task.id, action = %z.action, reason = %z.reason, "zombie reaped");
+                            tracing::debug!(task_id = z.task.id, action = %z.action, reason = %z.reason, "zombie reaped");
                             r.event = "done".into();
                             r.detail = self.after_write(z, line, now).await;
                         }
@@ -634,6 +648,13 @@ impl Engine {
         if let Err(e) = self.audit.append(&records) {
             tracing::error!(error = %e, "cannot write audit outcomes");
         }
+        // One line per batch: the audit trail has every task.
+        tracing::warn!(
+            applied,
+            attempted = zombies.len(),
+            task_ids = ?zombies.iter().take(20).map(|z| z.task.id).collect::<Vec<_>>(),
+            "zombies reaped"
+        );
         applied
     }
 

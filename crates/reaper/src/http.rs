@@ -1,6 +1,6 @@
 //! HTTP (SPEC §8): metrics, probes, the JSON API and a small status page.
 
-use crate::engine::{workers_json, ReapError, ReapRequest, SharedEngine, Trigger};
+use crate::engine::{workers_json, zombie_json, ReapError, ReapRequest, SharedEngine, Trigger};
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -132,9 +132,21 @@ async fn workers(State(e): State<SharedEngine>) -> Response {
     Json(workers_json(&e.registry.view())).into_response()
 }
 
+fn zombies_json(e: &SharedEngine, limit: usize) -> Vec<serde_json::Value> {
+    let (zombies, at) = {
+        let st = e.status_read();
+        (st.zombies.clone(), st.zombies_at)
+    };
+    let at = at.unwrap_or_else(chrono::Utc::now);
+    zombies
+        .iter()
+        .take(limit)
+        .map(|z| zombie_json(z, at))
+        .collect()
+}
+
 async fn zombies(State(e): State<SharedEngine>) -> Response {
-    let z = e.status_read().zombies.clone();
-    Json(json!({ "zombies": z })).into_response()
+    Json(json!({ "zombies": zombies_json(&e, usize::MAX) })).into_response()
 }
 
 #[derive(Deserialize)]
@@ -252,7 +264,8 @@ async fn index(State(e): State<SharedEngine>) -> Html<String> {
     let status = status_json(&e);
     let view = e.registry.view();
     let workers = workers_json(&view);
-    let zombies = e.status_read().zombies.clone();
+    let total = e.status_read().zombies.len();
+    let zombies = zombies_json(&e, 500);
     let engine = e.clone();
     let recent = tokio::task::spawn_blocking(move || engine.audit.tail(20))
         .await
@@ -290,8 +303,8 @@ async fn index(State(e): State<SharedEngine>) -> Html<String> {
         s(&status["last_sweep"]["zombies"]),
         s(&status["last_sweep"]["actions"]),
     ));
-    h.push_str(&format!("<h2>Zombies ({})</h2><table><tr><th>task</th><th>name</th><th>host</th><th>reason</th><th>action</th><th>workflow</th><th>note</th></tr>", zombies.len()));
-    for z in zombies.iter().take(500) {
+    h.push_str(&format!("<h2>Zombies ({})</h2><table><tr><th>task</th><th>name</th><th>host</th><th>reason</th><th>action</th><th>workflow</th><th>note</th></tr>", total));
+    for z in zombies.iter() {
         h.push_str(&format!(
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             s(&z["task_id"]),
