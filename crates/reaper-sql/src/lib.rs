@@ -24,6 +24,9 @@ pub use follow::{CommandRow, Val};
 pub(crate) const PAGE: i64 = 5000;
 /// Ids per `id IN (...)` statement.
 pub(crate) const ID_BATCH: usize = 1000;
+/// Ids per statement of a conditional write: larger than [`ID_BATCH`] because a
+/// mass write is latency-bound by round trips (MySQL allows 65,535 placeholders).
+pub(crate) const WRITE_BATCH: usize = 5000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SqlError {

@@ -6,7 +6,7 @@ use crate::schema::{
 };
 use crate::{
     worker_group_from_id, DbSettings, FollowUpOutcome, FollowUpRequest, Select, SqlError, TaskRow,
-    TaskWrite, ID_BATCH, PAGE,
+    TaskWrite, ID_BATCH, PAGE, WRITE_BATCH,
 };
 use chrono::NaiveDateTime;
 use reaper_core::{Action, Candidate, DsLine, FollowUp, Zone};
@@ -225,12 +225,14 @@ pub(crate) async fn write_batch(
     }
     let mut tx = p.begin().await?;
     let mut rows = Vec::with_capacity(batch.len());
-    for chunk in batch.chunks(ID_BATCH) {
+    for chunk in batch.chunks(WRITE_BATCH) {
         let sql = format!(
             "SELECT id, state, flag, host, submit_time FROM {TASK} WHERE id IN ({}) FOR UPDATE",
             placeholders(chunk.len())
         );
-        let mut q = sqlx::query(&sql);
+        // One-off statement text (its placeholder count varies): not worth
+        // a prepared-statement cache entry per batch size.
+        let mut q = sqlx::query(&sql).persistent(false);
         for w in chunk {
             q = q.bind(w.seen.id);
         }
@@ -285,12 +287,12 @@ pub(crate) async fn write_batch(
         } else {
             "state = ?, end_time = ?"
         };
-        for ids in all_ids.chunks(ID_BATCH) {
+        for ids in all_ids.chunks(WRITE_BATCH) {
             let sql = format!(
                 "UPDATE {TASK} SET {sets} WHERE id IN ({}) AND flag = 1",
                 placeholders(ids.len())
             );
-            let mut q = sqlx::query(&sql).bind(code);
+            let mut q = sqlx::query(&sql).persistent(false).bind(code);
             if action != Action::FaultTolerance {
                 q = q.bind(zone.to_naive(now));
             }
