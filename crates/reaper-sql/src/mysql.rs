@@ -6,7 +6,7 @@ use crate::schema::{
 };
 use crate::{
     worker_group_from_id, DbSettings, FollowUpOutcome, FollowUpRequest, Select, SqlError, TaskRow,
-    TaskWrite, ID_BATCH, PAGE, WRITE_BATCH,
+    TaskWrite, PAGE, WRITE_BATCH,
 };
 use chrono::NaiveDateTime;
 use reaper_core::{Action, Candidate, DsLine, FollowUp, Zone};
