@@ -30,9 +30,15 @@ async fn two_replicas_one_leader_each_zombie_written_once() -> anyhow::Result<()
     let kept = db
         .insert_task(&TaskSpec::new(wf, 1, Some("10.0.0.12:1234")))
         .await?;
+    // A zombie the policy only reports stays a zombie, so both replicas must
+    // detect it whatever the timing (a written one may be gone before the
+    // standby's next sweep).
+    let mut streaming = TaskSpec::new(wf, 1, Some("10.0.0.11:1234"));
+    streaming.task_type = "FLINK_STREAM".into();
+    let stream = db.insert_task(&streaming).await?;
 
     // Two of three workers go in this test: keep the brake out of the way.
-    let policy = "[policy]\nworker_lost = \"fail\"\n[brake]\nmax_lost_worker_fraction = 0.9\n";
+    let policy = "[policy]\nworker_lost = \"fail\"\n[[policy.rules]]\ntask_type = \"FLINK_STREAM\"\naction = \"report\"\n[brake]\nmax_lost_worker_fraction = 0.9\n";
     let a = Daemon::start(db.url(), &root, policy).await?;
     let b = Daemon::start(db.url(), &root, policy).await?;
     a.wait_ready().await?;
@@ -65,19 +71,26 @@ async fn two_replicas_one_leader_each_zombie_written_once() -> anyhow::Result<()
         Ok(true)
     })
     .await?;
-    // Both replicas detect; let the standby sweep a few times more too.
+    // Both replicas detect the zombie that stays; let the standby sweep a few times more too.
+    let (leader, standby) = if a_leads { (&a, &b) } else { (&b, &a) };
+    wait_until("both replicas detected the report-only zombie", || async {
+        Ok(leader.audit_events("detected", Some(stream)).len() == 1
+            && standby.audit_events("detected", Some(stream)).len() == 1)
+    })
+    .await?;
     a.wait_sweeps(2).await?;
     b.wait_sweeps(2).await?;
     for t in &lost_tasks {
         let done = a.audit_events("done", Some(*t)).len() + b.audit_events("done", Some(*t)).len();
         assert_eq!(done, 1, "task {t} written exactly once");
-        assert_eq!(a.audit_events("detected", Some(*t)).len(), 1);
-        assert_eq!(b.audit_events("detected", Some(*t)).len(), 1);
+        assert_eq!(leader.audit_events("detected", Some(*t)).len(), 1);
+        // The standby sees it only if its sweep ran before the leader's write.
+        assert!(standby.audit_events("detected", Some(*t)).len() <= 1);
     }
     let total_done = a.audit_events("done", None).len() + b.audit_events("done", None).len();
     assert_eq!(total_done, lost_tasks.len());
-    let (leader, standby) = if a_leads { (&a, &b) } else { (&b, &a) };
     assert_eq!(leader.audit_events("done", None).len(), lost_tasks.len());
+    assert_eq!(db.task_state(stream).await?.state, 1, "report never writes");
     assert!(standby.audit_events("intent", None).is_empty());
     assert_eq!(
         standby
@@ -85,11 +98,11 @@ async fn two_replicas_one_leader_each_zombie_written_once() -> anyhow::Result<()
             .await?,
         0.0
     );
-    assert_eq!(
+    assert!(
         standby
             .metric0("ds_reaper_zombies_detected_total{reason=\"worker_lost\"}")
-            .await?,
-        3.0,
+            .await?
+            >= 1.0,
         "the standby still detects"
     );
     assert_eq!(db.task_state(kept).await?.state, 1);
