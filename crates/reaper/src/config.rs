@@ -253,214 +253,98 @@ pub fn load_with(
         }
     }
 
-    let get = |section: &str, key: &str| -> Option<&Value> {
-        root.get(section)
-            .and_then(|s| s.as_object())
-            .and_then(|s| s.get(key))
-    };
     let mut b = Builder {
         errors: &mut errors,
         env: &env,
+        root,
     };
 
-    let version = b.parse(
-        "dolphinscheduler.version",
-        get("dolphinscheduler", "version"),
-        "auto",
-        |s| {
-            if s.trim().eq_ignore_ascii_case("auto") {
-                Ok(VersionSetting::Auto)
-            } else {
-                s.parse::<DsLine>()
-                    .map(VersionSetting::Line)
-                    .map_err(|e| e.to_string())
-            }
-        },
-    );
-    let time_zone = b.parse(
-        "dolphinscheduler.time_zone",
-        get("dolphinscheduler", "time_zone"),
-        "local",
-        |s| s.parse::<Zone>().map_err(|e| e.to_string()),
-    );
-    let zk_connect = b.parse(
-        "zookeeper.connect",
-        get("zookeeper", "connect"),
-        "127.0.0.1:2181",
-        |s| {
-            if s.trim().is_empty() {
-                Err("must not be empty".into())
-            } else {
-                Ok(s.trim().to_string())
-            }
-        },
-    );
-    let zk_root = b.parse(
-        "zookeeper.root",
-        get("zookeeper", "root"),
-        "/dolphinscheduler",
-        abs_path,
-    );
-    let zk_session_timeout = b.dur(
-        "zookeeper.session_timeout",
-        get("zookeeper", "session_timeout"),
-        "30s",
-    );
-    let db_url = b.parse(
-        "database.url",
-        get("database", "url"),
-        "mysql://ds:ds@127.0.0.1:3306/dolphinscheduler",
-        |s| {
-            let scheme = s.split("://").next().unwrap_or("");
-            if s.contains("://")
-                && matches!(scheme, "mysql" | "mariadb" | "postgres" | "postgresql")
-            {
-                Ok(Secret::new(s.trim()))
-            } else {
-                Err("must be a mysql://, mariadb://, postgres:// or postgresql:// URL".into())
-            }
-        },
-    );
-    let db_password_file = b.opt_path("database.password_file", get("database", "password_file"));
+    let version = b.parse("dolphinscheduler.version", |s| {
+        if s.trim().eq_ignore_ascii_case("auto") {
+            Ok(VersionSetting::Auto)
+        } else {
+            s.parse::<DsLine>()
+                .map(VersionSetting::Line)
+                .map_err(|e| e.to_string())
+        }
+    });
+    let time_zone = b.parse("dolphinscheduler.time_zone", |s| {
+        s.parse::<Zone>().map_err(|e| e.to_string())
+    });
+    let zk_connect = b.parse("zookeeper.connect", |s| {
+        if s.trim().is_empty() {
+            Err("must not be empty".into())
+        } else {
+            Ok(s.trim().to_string())
+        }
+    });
+    let zk_root = b.parse("zookeeper.root", abs_path);
+    let zk_session_timeout = b.dur("zookeeper.session_timeout");
+    let db_url = b.parse("database.url", |s| {
+        let scheme = s.split("://").next().unwrap_or("");
+        if s.contains("://") && matches!(scheme, "mysql" | "mariadb" | "postgres" | "postgresql") {
+            Ok(Secret::new(s.trim()))
+        } else {
+            Err("must be a mysql://, mariadb://, postgres:// or postgresql:// URL".into())
+        }
+    });
+    let db_password_file = b.opt_path("database.password_file");
     let db_password = db_password_file
         .as_ref()
         .and_then(|p| b.read_secret("database.password_file", p));
-    let db_max_connections = b.int(
-        "database.max_connections",
-        get("database", "max_connections"),
-        "4",
-        1,
-        1000,
-    ) as u32;
-    let db_statement_timeout = b.dur(
-        "database.statement_timeout",
-        get("database", "statement_timeout"),
-        "10s",
-    );
-    let sweep_interval = b.dur(
-        "reconcile.sweep_interval",
-        get("reconcile", "sweep_interval"),
-        "30s",
-    );
-    let full_scan_interval = b.dur(
-        "reconcile.full_scan_interval",
-        get("reconcile", "full_scan_interval"),
-        "10m",
-    );
-    let grace_period = b.dur(
-        "reconcile.grace_period",
-        get("reconcile", "grace_period"),
-        "60s",
-    );
-    let heartbeat_stale_after = b.dur(
-        "reconcile.heartbeat_stale_after",
-        get("reconcile", "heartbeat_stale_after"),
-        "2m",
-    );
-    let no_host_after = b.dur(
-        "reconcile.no_host_after",
-        get("reconcile", "no_host_after"),
-        "10m",
-    );
-    let clock_skew_tolerance = b.dur(
-        "reconcile.clock_skew_tolerance",
-        get("reconcile", "clock_skew_tolerance"),
-        "5s",
-    );
-    let startup_settle = b.dur(
-        "reconcile.startup_settle",
-        get("reconcile", "startup_settle"),
-        "30s",
-    );
-    let states = b.str_list("reconcile.states", get("reconcile", "states"));
-    let max_actions_per_sweep = b.int(
-        "reconcile.max_actions_per_sweep",
-        get("reconcile", "max_actions_per_sweep"),
-        "50",
-        0,
-        1_000_000,
-    ) as usize;
-    let rate_per_minute = b.int(
-        "rate.per_minute",
-        get("rate", "per_minute"),
-        "120",
-        0,
-        100_000_000,
-    ) as u32;
+    let db_max_connections = b.int("database.max_connections", 1, 1000) as u32;
+    let db_statement_timeout = b.dur("database.statement_timeout");
+    let sweep_interval = b.dur("reconcile.sweep_interval");
+    let full_scan_interval = b.dur("reconcile.full_scan_interval");
+    let grace_period = b.dur("reconcile.grace_period");
+    let heartbeat_stale_after = b.dur("reconcile.heartbeat_stale_after");
+    let no_host_after = b.dur("reconcile.no_host_after");
+    let clock_skew_tolerance = b.dur("reconcile.clock_skew_tolerance");
+    let startup_settle = b.dur("reconcile.startup_settle");
+    let states = b.str_list("reconcile.states");
+    let max_actions_per_sweep = b.int("reconcile.max_actions_per_sweep", 0, 1_000_000) as usize;
+    let rate_per_minute = b.int("rate.per_minute", 0, 100_000_000) as u32;
     let brake = BrakeConfig {
-        window: b.dur("brake.window", get("brake", "window"), "5m"),
-        max_lost_worker_fraction: b.fraction(
-            "brake.max_lost_worker_fraction",
-            get("brake", "max_lost_worker_fraction"),
-            0.5,
-        ),
-        max_zombie_fraction: b.fraction(
-            "brake.max_zombie_fraction",
-            get("brake", "max_zombie_fraction"),
-            0.5,
-        ),
-        min_zombies: b.int(
-            "brake.min_zombies",
-            get("brake", "min_zombies"),
-            "10",
-            0,
-            100_000_000,
-        ) as usize,
-        release_after: b.dur("brake.release_after", get("brake", "release_after"), "5m"),
+        window: b.dur("brake.window"),
+        max_lost_worker_fraction: b.fraction("brake.max_lost_worker_fraction"),
+        max_zombie_fraction: b.fraction("brake.max_zombie_fraction"),
+        min_zombies: b.int("brake.min_zombies", 0, 100_000_000) as usize,
+        release_after: b.dur("brake.release_after"),
     };
     let mut policy_defaults = BTreeMap::new();
     for r in Reason::ALL {
         let key = format!("policy.{}", r.as_str());
-        let a = b.parse(&key, get("policy", r.as_str()), "report", |s| {
-            s.parse::<Action>().map_err(|e| e.to_string())
-        });
+        let a = b.parse(&key, |s| s.parse::<Action>().map_err(|e| e.to_string()));
         policy_defaults.insert(r, a.unwrap_or(Action::Report));
     }
-    let policy_workflow = b.parse("policy.workflow", get("policy", "workflow"), "none", |s| {
+    let policy_workflow = b.parse("policy.workflow", |s| {
         s.parse::<FollowUp>().map_err(|e| e.to_string())
     });
-    let rules = b.rules(get("policy", "rules"));
-    let leader_enabled = b.boolean("leader.enabled", get("leader", "enabled"), true);
-    let leader_path = b.parse(
-        "leader.path",
-        get("leader", "path"),
-        "/ds-reaper/leader",
-        abs_path,
-    );
-    let http_listen = b.parse(
-        "http.listen",
-        get("http", "listen"),
-        "127.0.0.1:9477",
-        |s| {
-            s.trim()
-                .parse::<SocketAddr>()
-                .map_err(|e| format!("{e}; write an address like \"127.0.0.1:9477\""))
-        },
-    );
-    let http_token_file = b.opt_path("http.token_file", get("http", "token_file"));
+    let rules = b.rules();
+    let leader_enabled = b.boolean("leader.enabled");
+    let leader_path = b.parse("leader.path", abs_path);
+    let http_listen = b.parse("http.listen", |s| {
+        s.trim()
+            .parse::<SocketAddr>()
+            .map_err(|e| format!("{e}; write an address like \"127.0.0.1:9477\""))
+    });
+    let http_token_file = b.opt_path("http.token_file");
     let http_token = http_token_file
         .as_ref()
         .and_then(|p| b.read_secret("http.token_file", p));
-    let audit_path = b.parse(
-        "audit.path",
-        get("audit", "path"),
-        "/var/lib/ds-reaper/audit.jsonl",
-        |s| {
-            if s.trim().is_empty() {
-                Err("must not be empty".into())
-            } else {
-                Ok(PathBuf::from(s.trim()))
-            }
-        },
-    );
-    let log_format = b.parse("log.format", get("log", "format"), "json", |s| {
-        match s.trim() {
-            "json" => Ok(LogFormat::Json),
-            "pretty" => Ok(LogFormat::Pretty),
-            _ => Err(format!("{s:?} is not one of json, pretty")),
+    let audit_path = b.parse("audit.path", |s| {
+        if s.trim().is_empty() {
+            Err("must not be empty".into())
+        } else {
+            Ok(PathBuf::from(s.trim()))
         }
     });
-    let log_level = b.parse("log.level", get("log", "level"), "info", |s| {
+    let log_format = b.parse("log.format", |s| match s.trim() {
+        "json" => Ok(LogFormat::Json),
+        "pretty" => Ok(LogFormat::Pretty),
+        _ => Err(format!("{s:?} is not one of json, pretty")),
+    });
+    let log_level = b.parse("log.level", |s| {
         tracing_subscriber::EnvFilter::try_new(s.trim())
             .map(|_| s.trim().to_string())
             .map_err(|e| format!("invalid level/filter {s:?}: {e}"))
@@ -518,12 +402,21 @@ fn abs_path(s: &str) -> Result<String, String> {
     }
 }
 
+/// The default of a key, from [`KEYS`]: the one place defaults are written.
+fn default_of(key: &str) -> &'static str {
+    KEYS.iter()
+        .find(|(s, k, _)| key.split_once('.') == Some((s, k)))
+        .map(|(_, _, d)| *d)
+        .unwrap_or("")
+}
+
 struct Builder<'a> {
     errors: &'a mut Vec<String>,
     env: &'a BTreeMap<String, String>,
+    root: &'a serde_json::Map<String, Value>,
 }
 
-impl Builder<'_> {
+impl<'a> Builder<'a> {
     fn fail(&mut self, key: &str, msg: impl fmt::Display) {
         let o = origin(key, self.env);
         self.errors.push(format!("{o}: {msg}"));
@@ -542,7 +435,13 @@ impl Builder<'_> {
         }
     }
 
-    fn parse<T>(
+    /// The merged value of a top-level key (file, then environment).
+    fn value(&self, key: &str) -> Option<&'a Value> {
+        let (section, k) = key.split_once('.')?;
+        self.root.get(section)?.as_object()?.get(k)
+    }
+
+    fn parse_value<T>(
         &mut self,
         key: &str,
         v: Option<&Value>,
@@ -559,13 +458,20 @@ impl Builder<'_> {
         }
     }
 
-    fn dur(&mut self, key: &str, v: Option<&Value>, default: &str) -> Duration {
-        let d = self.parse(key, v, default, parse_duration);
-        d.unwrap_or_default()
+    /// A top-level key, its default from [`KEYS`].
+    fn parse<T>(&mut self, key: &str, f: impl FnOnce(&str) -> Result<T, String>) -> Option<T> {
+        let v = self.value(key);
+        self.parse_value(key, v, default_of(key), f)
     }
 
-    fn int(&mut self, key: &str, v: Option<&Value>, default: &str, min: i64, max: i64) -> i64 {
-        let n = self.parse(key, v, default, |s| {
+    // The fallbacks below are never used: a value that fails records an
+    // error, and no Settings are built when there is one.
+    fn dur(&mut self, key: &str) -> Duration {
+        self.parse(key, parse_duration).unwrap_or_default()
+    }
+
+    fn int(&mut self, key: &str, min: i64, max: i64) -> i64 {
+        self.parse(key, |s| {
             s.trim()
                 .parse::<i64>()
                 .map_err(|_| format!("expected a whole number, got {s:?}"))
@@ -576,12 +482,12 @@ impl Builder<'_> {
                         Err(format!("{n} is out of range {min}..={max}"))
                     }
                 })
-        });
-        n.unwrap_or(min)
+        })
+        .unwrap_or(min)
     }
 
-    fn fraction(&mut self, key: &str, v: Option<&Value>, default: f64) -> f64 {
-        let n = self.parse(key, v, &default.to_string(), |s| {
+    fn fraction(&mut self, key: &str) -> f64 {
+        self.parse(key, |s| {
             s.trim()
                 .parse::<f64>()
                 .map_err(|_| format!("expected a number, got {s:?}"))
@@ -592,20 +498,21 @@ impl Builder<'_> {
                         Err(format!("{n} is not a fraction between 0 and 1"))
                     }
                 })
-        });
-        n.unwrap_or(default)
+        })
+        .unwrap_or_default()
     }
 
-    fn boolean(&mut self, key: &str, v: Option<&Value>, default: bool) -> bool {
-        let n = self.parse(key, v, &default.to_string(), |s| match s.trim() {
+    fn boolean(&mut self, key: &str) -> bool {
+        self.parse(key, |s| match s.trim() {
             "true" => Ok(true),
             "false" => Ok(false),
             _ => Err(format!("expected true or false, got {s:?}")),
-        });
-        n.unwrap_or(default)
+        })
+        .unwrap_or_default()
     }
 
-    fn opt_path(&mut self, key: &str, v: Option<&Value>) -> Option<PathBuf> {
+    fn opt_path(&mut self, key: &str) -> Option<PathBuf> {
+        let v = self.value(key);
         let s = self.text(key, v, "")?;
         let t = s.trim();
         (!t.is_empty()).then(|| PathBuf::from(t))
@@ -629,8 +536,8 @@ impl Builder<'_> {
         }
     }
 
-    fn str_list(&mut self, key: &str, v: Option<&Value>) -> Option<Vec<String>> {
-        let items: Vec<String> = match v? {
+    fn str_list(&mut self, key: &str) -> Option<Vec<String>> {
+        let items: Vec<String> = match self.value(key)? {
             Value::Array(a) => {
                 let mut out = Vec::new();
                 for x in a {
@@ -686,8 +593,10 @@ impl Builder<'_> {
         Some(items)
     }
 
-    fn rules(&mut self, v: Option<&Value>) -> Vec<Rule> {
-        let Some(v) = v else { return Vec::new() };
+    fn rules(&mut self) -> Vec<Rule> {
+        let Some(v) = self.value("policy.rules") else {
+            return Vec::new();
+        };
         let Some(arr) = v.as_array() else {
             self.fail("policy.rules", "expected [[policy.rules]] tables");
             return Vec::new();
@@ -707,7 +616,7 @@ impl Builder<'_> {
             let mut rule = Rule::default();
             let field = |k: &str| obj.get(k);
             if let Some(v) = field("reason") {
-                rule.reason = self.parse(&format!("{base}.reason"), Some(v), "", |s| {
+                rule.reason = self.parse_value(&format!("{base}.reason"), Some(v), "", |s| {
                     s.parse::<Reason>().map_err(|e| e.to_string())
                 });
             }
@@ -718,24 +627,26 @@ impl Builder<'_> {
                 rule.task_type = self.text(&format!("{base}.task_type"), Some(v), "");
             }
             if let Some(v) = field("project_code") {
-                rule.project_code = self.parse(&format!("{base}.project_code"), Some(v), "", |s| {
-                    s.trim()
-                        .parse::<i64>()
-                        .map_err(|_| format!("expected a number, got {s:?}"))
-                });
+                rule.project_code =
+                    self.parse_value(&format!("{base}.project_code"), Some(v), "", |s| {
+                        s.trim()
+                            .parse::<i64>()
+                            .map_err(|_| format!("expected a number, got {s:?}"))
+                    });
             }
             if let Some(v) = field("owner_master") {
-                rule.owner_master = self.parse(&format!("{base}.owner_master"), Some(v), "", |s| {
-                    s.parse::<OwnerMaster>().map_err(|e| e.to_string())
-                });
+                rule.owner_master =
+                    self.parse_value(&format!("{base}.owner_master"), Some(v), "", |s| {
+                        s.parse::<OwnerMaster>().map_err(|e| e.to_string())
+                    });
             }
             if let Some(v) = field("action") {
-                rule.action = self.parse(&format!("{base}.action"), Some(v), "", |s| {
+                rule.action = self.parse_value(&format!("{base}.action"), Some(v), "", |s| {
                     s.parse::<Action>().map_err(|e| e.to_string())
                 });
             }
             if let Some(v) = field("workflow") {
-                rule.workflow = self.parse(&format!("{base}.workflow"), Some(v), "", |s| {
+                rule.workflow = self.parse_value(&format!("{base}.workflow"), Some(v), "", |s| {
                     s.parse::<FollowUp>().map_err(|e| e.to_string())
                 });
             }

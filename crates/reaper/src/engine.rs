@@ -22,7 +22,6 @@ use std::sync::{Arc, RwLock};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Trigger {
     Tick,
-    Full,
     Event,
     Requested,
 }
@@ -355,6 +354,7 @@ impl Engine {
     /// One pass: read, plan, and (as leader, unbraked) act.
     pub async fn sweep(&self, trigger: Trigger) -> SweepSummary {
         let mut st = self.state.lock().await;
+        tracing::debug!(?trigger, "sweep starts");
         let started = std::time::Instant::now();
         let view = self.registry.view();
         self.refresh_gauges(&view);
@@ -383,10 +383,9 @@ impl Engine {
             }
         };
         let (states, _) = self.settings.live_states(line);
-        let full = trigger == Trigger::Full
-            || st
-                .last_full
-                .is_none_or(|t| t.elapsed() >= self.settings.full_scan_interval);
+        let full = st
+            .last_full
+            .is_none_or(|t| t.elapsed() >= self.settings.full_scan_interval);
         summary.kind = if full { "full" } else { "incremental" };
         let read = if full {
             self.db.full_scan(line, &states, &mut st.cursor).await
