@@ -351,8 +351,14 @@ impl DsLine {
         self <= DsLine::V1_3
     }
 
-    pub fn is_logic_task(task_type: &str) -> bool {
+    /// Task types that run inside the master on this line (SPEC §3 "Logic
+    /// tasks per line"): 1.2 runs only SUB_PROCESS in the master — its
+    /// DEPENDENT goes through the task queue to a worker, which sets the host.
+    pub fn is_logic_task(self, task_type: &str) -> bool {
         let t = task_type.trim();
+        if self == DsLine::V1_2 {
+            return t.eq_ignore_ascii_case("SUB_PROCESS");
+        }
         LOGIC_TASK_TYPES.iter().any(|l| l.eq_ignore_ascii_case(t))
     }
 }
@@ -439,8 +445,14 @@ mod tests {
 
     #[test]
     fn logic_tasks() {
-        assert!(DsLine::is_logic_task("SUB_PROCESS"));
-        assert!(DsLine::is_logic_task(" dependent "));
-        assert!(!DsLine::is_logic_task("SHELL"));
+        for l in DsLine::ALL {
+            assert!(l.is_logic_task("SUB_PROCESS"), "{l}");
+            assert!(!l.is_logic_task("SHELL"), "{l}");
+        }
+        assert!(DsLine::V1_3.is_logic_task(" dependent "));
+        assert!(DsLine::V3_3.is_logic_task("SUB_WORKFLOW"));
+        // 1.2 runs DEPENDENT (and CONDITIONS, had it any) on a worker
+        assert!(!DsLine::V1_2.is_logic_task("DEPENDENT"));
+        assert!(!DsLine::V1_2.is_logic_task("CONDITIONS"));
     }
 }

@@ -200,19 +200,26 @@ pub fn plan(
     }
 }
 
-/// How long a host has been absent, by the daemon's clock.
+/// How long a host has been absent, by the daemon's clock. A host the daemon
+/// never saw counts from the later of the view becoming valid and the task's
+/// own time: a task dispatched to a worker that registered (and maybe left)
+/// after the daemon's last look gets the full grace period (SPEC §3).
 fn absence(
     view: &RegistryView,
     kind: NodeKind,
     raw_host: &str,
     valid_since: Instant,
+    task_time: Option<Instant>,
     now: Instant,
     policy: &Policy,
 ) -> (Option<Instant>, Option<chrono::TimeDelta>) {
     match view.lost_at(kind, raw_host) {
         Some(at) => (Some(at), Some(now - at)),
         None => match policy.unseen_absence {
-            UnseenAbsence::SinceViewValid => (None, Some(now - valid_since)),
+            UnseenAbsence::SinceViewValid => {
+                let from = task_time.map_or(valid_since, |t| t.max(valid_since));
+                (None, Some(now - from))
+            }
             UnseenAbsence::Unknown => (None, None),
         },
     }
@@ -236,28 +243,38 @@ fn judge(
         task_time,
         ..Evidence::default()
     };
+    let host = c.host.as_deref().filter(|h| !host::is_empty(Some(h)));
 
-    let reason = if host::is_empty(c.host.as_deref()) {
-        let t = task_time?;
-        if now - t < delta(policy.no_host_after) {
+    let reason = if policy.line.is_logic_task(&c.task_type) {
+        // Logic tasks run in the master: never judged against workers and
+        // never `no_host`. A row without a host (SUB_PROCESS on 1.2-2.0 has
+        // none for its whole life) belongs to the master running its
+        // workflow; with no such host DS's own master failover owns it.
+        let workflow_host = c
+            .workflow_host
+            .as_deref()
+            .filter(|h| !host::is_empty(Some(h)));
+        let master = host.or(workflow_host)?;
+        if view.live(NodeKind::Master, master).is_some() {
             return None;
         }
-        Reason::NoHost
-    } else {
-        let raw = c.host.as_deref().unwrap_or_default();
-        if DsLine::is_logic_task(&c.task_type) {
-            // Logic tasks run in the master: never judged against workers.
-            if view.live(NodeKind::Master, raw).is_some() {
-                return None;
-            }
-            let (lost_at, absent) = absence(view, NodeKind::Master, raw, valid_since, now, policy);
-            if absent.is_some_and(|a| a < grace) {
-                return None;
-            }
-            evidence.lost_at = lost_at;
-            evidence.absent_for_seconds = absent.map(|a| a.num_seconds());
-            Reason::MasterLost
-        } else if let Some(node) = view.live(NodeKind::Worker, raw) {
+        let (lost_at, absent) = absence(
+            view,
+            NodeKind::Master,
+            master,
+            valid_since,
+            task_time,
+            now,
+            policy,
+        );
+        if absent.is_some_and(|a| a < grace) {
+            return None;
+        }
+        evidence.lost_at = lost_at;
+        evidence.absent_for_seconds = absent.map(|a| a.num_seconds());
+        Reason::MasterLost
+    } else if let Some(raw) = host {
+        if let Some(node) = view.live(NodeKind::Worker, raw) {
             evidence.startup_time = node.startup_time;
             evidence.report_time = node.report_time;
             let restarted = match (node.startup_time, task_time) {
@@ -279,7 +296,15 @@ fn judge(
             // judge (reference §7: exclude registered masters).
             return None;
         } else {
-            let (lost_at, absent) = absence(view, NodeKind::Worker, raw, valid_since, now, policy);
+            let (lost_at, absent) = absence(
+                view,
+                NodeKind::Worker,
+                raw,
+                valid_since,
+                task_time,
+                now,
+                policy,
+            );
             if absent.is_some_and(|a| a < grace) {
                 return None;
             }
@@ -287,6 +312,12 @@ fn judge(
             evidence.absent_for_seconds = absent.map(|a| a.num_seconds());
             Reason::WorkerLost
         }
+    } else {
+        let t = task_time?;
+        if now - t < delta(policy.no_host_after) {
+            return None;
+        }
+        Reason::NoHost
     };
 
     let owner_master = c
@@ -296,7 +327,7 @@ fn judge(
         .map(|h| host::normalize(h).into_owned());
     let owner_master_alive = owner_master
         .as_deref()
-        .is_some_and(|h| view.masters.contains_key(h));
+        .is_some_and(|h| view.live(NodeKind::Master, h).is_some());
 
     let facts = RuleFacts {
         reason,
@@ -321,10 +352,10 @@ fn judge(
         note = Some("the task row has no workflow instance id; no workflow follow-up".into());
         workflow = FollowUp::None;
     }
-    if workflow == FollowUp::Recover && policy.line >= DsLine::V2_0 && owner_master_alive {
-        note = Some(format!(
-            "owning master {} is alive and holds the workflow in memory; recover skipped",
-            owner_master.as_deref().unwrap_or_default()
+    if workflow == FollowUp::Recover && owner_master_alive {
+        note = Some(recover_skipped_note(
+            policy.line,
+            owner_master.as_deref().unwrap_or_default(),
         ));
         workflow = FollowUp::None;
     }
@@ -345,6 +376,16 @@ fn judge(
         note,
         disposition,
     })
+}
+
+/// Why `recover` is not taken while the owning master lives (SPEC §5): on
+/// every line a second command would run the workflow twice.
+pub fn recover_skipped_note(line: DsLine, master: &str) -> String {
+    if line.master_rereads_db() {
+        format!("owning master {master} is alive and runs the workflow in a thread of its own; recover skipped")
+    } else {
+        format!("owning master {master} is alive and holds the workflow in memory; recover skipped")
+    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 use crate::host;
 use crate::Instant;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -27,6 +28,11 @@ pub struct NodeInfo {
     /// Worker groups the node is registered under (grouped layouts only).
     #[serde(default)]
     pub groups: Vec<String>,
+    /// The heartbeat's normalised `host:port`, where it carries one (3.2+).
+    /// DS 3.3+ writes this, not the node name, into `t_ds_task_instance.host`,
+    /// and the two differ when `worker-address` is set.
+    #[serde(default)]
+    pub address: Option<String>,
     /// When the daemon first saw the node in this session.
     pub seen_at: Instant,
 }
@@ -39,8 +45,18 @@ impl NodeInfo {
             report_time: None,
             status: None,
             groups: Vec::new(),
+            address: None,
             seen_at,
         }
+    }
+
+    /// Sets the heartbeat address (normalised); an address equal to the node
+    /// name adds nothing.
+    pub fn with_address(mut self, address: Option<&str>) -> Self {
+        self.address = address
+            .map(|a| host::normalize(a).into_owned())
+            .filter(|a| !a.is_empty() && *a != self.host);
+        self
     }
 }
 
@@ -66,6 +82,12 @@ pub struct RegistryView {
     pub lost_workers: HashMap<String, Instant>,
     /// Masters seen live and then gone.
     pub lost_masters: HashMap<String, Instant>,
+    /// Heartbeat addresses that differ from their node's name, to that name,
+    /// for live and lost nodes alike (a task row names whichever DS wrote).
+    #[serde(default)]
+    pub worker_aliases: HashMap<String, String>,
+    #[serde(default)]
+    pub master_aliases: HashMap<String, String>,
 }
 
 impl RegistryView {
@@ -79,6 +101,8 @@ impl RegistryView {
             masters: HashMap::new(),
             lost_workers: HashMap::new(),
             lost_masters: HashMap::new(),
+            worker_aliases: HashMap::new(),
+            master_aliases: HashMap::new(),
         }
     }
 
@@ -93,42 +117,89 @@ impl RegistryView {
         self.valid_since().is_some()
     }
 
-    fn maps(&self, kind: NodeKind) -> (&HashMap<String, NodeInfo>, &HashMap<String, Instant>) {
+    fn maps(
+        &self,
+        kind: NodeKind,
+    ) -> (
+        &HashMap<String, NodeInfo>,
+        &HashMap<String, Instant>,
+        &HashMap<String, String>,
+    ) {
         match kind {
-            NodeKind::Worker => (&self.workers, &self.lost_workers),
-            NodeKind::Master => (&self.masters, &self.lost_masters),
+            NodeKind::Worker => (&self.workers, &self.lost_workers, &self.worker_aliases),
+            NodeKind::Master => (&self.masters, &self.lost_masters, &self.master_aliases),
         }
     }
 
-    /// The live node for a (raw) host.
-    pub fn live(&self, kind: NodeKind, raw_host: &str) -> Option<&NodeInfo> {
+    /// The node name a (raw) host stands for: itself when a node of that name
+    /// is live or lost, else the node whose heartbeat address it is.
+    pub fn resolve<'a>(&'a self, kind: NodeKind, raw_host: &'a str) -> Cow<'a, str> {
         let h = host::normalize(raw_host);
+        let (live, lost, aliases) = self.maps(kind);
+        if live.contains_key(h.as_ref()) || lost.contains_key(h.as_ref()) {
+            return h;
+        }
+        match aliases.get(h.as_ref()) {
+            Some(name) => Cow::Borrowed(name.as_str()),
+            None => h,
+        }
+    }
+
+    /// The live node for a (raw) host: its node name or its heartbeat address.
+    pub fn live(&self, kind: NodeKind, raw_host: &str) -> Option<&NodeInfo> {
+        let h = self.resolve(kind, raw_host);
         self.maps(kind).0.get(h.as_ref())
     }
 
     /// When the daemon saw a (raw) host go, if it did.
     pub fn lost_at(&self, kind: NodeKind, raw_host: &str) -> Option<Instant> {
-        let h = host::normalize(raw_host);
+        let h = self.resolve(kind, raw_host);
         self.maps(kind).1.get(h.as_ref()).copied()
+    }
+
+    fn maps_mut(
+        &mut self,
+        kind: NodeKind,
+    ) -> (
+        &mut HashMap<String, NodeInfo>,
+        &mut HashMap<String, Instant>,
+        &mut HashMap<String, String>,
+    ) {
+        match kind {
+            NodeKind::Worker => (
+                &mut self.workers,
+                &mut self.lost_workers,
+                &mut self.worker_aliases,
+            ),
+            NodeKind::Master => (
+                &mut self.masters,
+                &mut self.lost_masters,
+                &mut self.master_aliases,
+            ),
+        }
     }
 
     /// Records a node as live (adds or replaces it) and clears its loss.
     pub fn upsert(&mut self, kind: NodeKind, node: NodeInfo) {
-        let (live, lost) = match kind {
-            NodeKind::Worker => (&mut self.workers, &mut self.lost_workers),
-            NodeKind::Master => (&mut self.masters, &mut self.lost_masters),
-        };
+        let (live, lost, aliases) = self.maps_mut(kind);
         lost.remove(&node.host);
+        // An address moves with its node: drop the node's old alias.
+        if let Some(old) = live.get(&node.host).and_then(|n| n.address.clone()) {
+            if node.address.as_deref() != Some(old.as_str()) {
+                aliases.remove(&old);
+            }
+        }
+        if let Some(a) = &node.address {
+            aliases.insert(a.clone(), node.host.clone());
+        }
         live.insert(node.host.clone(), node);
     }
 
     /// Records a node as gone at `at`; no-op for a host that was not live.
+    /// Its address alias stays, so rows naming the address see the loss.
     pub fn remove(&mut self, kind: NodeKind, raw_host: &str, at: Instant) -> bool {
         let h = host::normalize(raw_host).into_owned();
-        let (live, lost) = match kind {
-            NodeKind::Worker => (&mut self.workers, &mut self.lost_workers),
-            NodeKind::Master => (&mut self.masters, &mut self.lost_masters),
-        };
+        let (live, lost, _) = self.maps_mut(kind);
         if live.remove(&h).is_some() {
             lost.insert(h, at);
             true
@@ -140,8 +211,25 @@ impl RegistryView {
     /// Forgets losses older than `keep` before `now`, so the map stays bounded.
     pub fn prune_lost(&mut self, now: Instant, keep: chrono::TimeDelta) {
         let cutoff = now - keep;
-        self.lost_workers.retain(|_, t| *t >= cutoff);
-        self.lost_masters.retain(|_, t| *t >= cutoff);
+        for kind in [NodeKind::Worker, NodeKind::Master] {
+            let (live, lost, aliases) = self.maps_mut(kind);
+            lost.retain(|_, t| *t >= cutoff);
+            aliases.retain(|_, name| live.contains_key(name) || lost.contains_key(name));
+        }
+    }
+
+    /// Restarts every absence clock at `at` (SPEC §4.1: after a gap in sight,
+    /// a loss seen before the gap never shortens a grace period after it).
+    pub fn restart_absence_clocks(&mut self, at: Instant) {
+        for t in self
+            .lost_workers
+            .values_mut()
+            .chain(self.lost_masters.values_mut())
+        {
+            if *t < at {
+                *t = at;
+            }
+        }
     }
 }
 
@@ -174,5 +262,47 @@ mod tests {
         v.prune_lost(t(200), chrono::TimeDelta::seconds(150));
         assert!(!v.lost_workers.contains_key("a"));
         assert!(v.lost_workers.contains_key("b"));
+    }
+
+    #[test]
+    fn a_task_may_name_the_heartbeat_address() {
+        let mut v = RegistryView::invalid(t(0), "x");
+        let node =
+            NodeInfo::new("worker-a.example:1234", t(0)).with_address(Some(" 10.0.0.9:1234 "));
+        v.upsert(NodeKind::Worker, node);
+        assert!(v.live(NodeKind::Worker, "10.0.0.9:1234").is_some());
+        assert!(v.live(NodeKind::Worker, "WORKER-A.example:1234").is_some());
+        assert!(v.live(NodeKind::Master, "10.0.0.9:1234").is_none());
+        assert!(v.remove(NodeKind::Worker, "worker-a.example:1234", t(5)));
+        assert!(v.live(NodeKind::Worker, "10.0.0.9:1234").is_none());
+        assert_eq!(v.lost_at(NodeKind::Worker, "10.0.0.9:1234"), Some(t(5)));
+        // the same address on a new node name moves the alias
+        v.upsert(
+            NodeKind::Worker,
+            NodeInfo::new("worker-b:1234", t(6)).with_address(Some("10.0.0.9:1234")),
+        );
+        assert_eq!(
+            v.live(NodeKind::Worker, "10.0.0.9:1234")
+                .map(|n| n.host.as_str()),
+            Some("worker-b:1234")
+        );
+        v.prune_lost(t(100), chrono::TimeDelta::seconds(10));
+        assert!(v.live(NodeKind::Worker, "10.0.0.9:1234").is_some());
+    }
+
+    #[test]
+    fn an_address_equal_to_the_name_adds_no_alias() {
+        let n = NodeInfo::new("10.0.0.1:1234", t(0)).with_address(Some("10.0.0.1:1234"));
+        assert_eq!(n.address, None);
+    }
+
+    #[test]
+    fn clocks_restart_after_a_gap() {
+        let mut v = RegistryView::invalid(t(0), "x");
+        v.lost_workers.insert("a".into(), t(1));
+        v.lost_masters.insert("m".into(), t(50));
+        v.restart_absence_clocks(t(20));
+        assert_eq!(v.lost_workers["a"], t(20));
+        assert_eq!(v.lost_masters["m"], t(50));
     }
 }

@@ -488,7 +488,7 @@ fn rules_pick_action_and_workflow() {
 }
 
 #[test]
-fn recover_downgraded_when_owning_master_alive_on_2_0_plus() {
+fn recover_downgraded_when_owning_master_alive_on_every_line() {
     let v = view(LIVE, &["m1:5678"]);
     let mut p = acting(DsLine::V3_2);
     p.workflow = FollowUp::Recover;
@@ -504,17 +504,23 @@ fn recover_downgraded_when_owning_master_alive_on_2_0_plus() {
     assert_eq!(z.owner_master.as_deref(), Some("m1:5678"));
     assert_eq!(z.workflow, FollowUp::None);
     assert!(z.note.as_deref().unwrap().contains("m1:5678"));
-    // same on 1.3: the master re-reads the DB, recover stays
-    let mut p13 = p.clone();
-    p13.line = DsLine::V1_3;
-    let pl = plan(
-        &v,
-        &[task(1, None, -10_000)],
-        t(1000),
-        &p13,
-        &SafetyState::default(),
-    );
-    assert_eq!(only(&pl).workflow, FollowUp::Recover);
+    // on 1.x too (SPEC §5, issue 10 item 10): a live 1.x master runs the
+    // workflow in a thread of its own, a second command would run it twice
+    for line in [DsLine::V1_2, DsLine::V1_3] {
+        let mut p1 = p.clone();
+        p1.line = line;
+        let pl = plan(
+            &v,
+            &[task(1, None, -10_000)],
+            t(1000),
+            &p1,
+            &SafetyState::default(),
+        );
+        let z = only(&pl);
+        assert_eq!(z.workflow, FollowUp::None, "{line}");
+        assert!(z.note.as_deref().unwrap().contains("m1:5678"), "{line}");
+        assert_eq!(z.disposition, Disposition::Act, "the task write stays");
+    }
     // owner 'NULL' (failed over): recover stays on 3.2
     let mut c = task(1, None, -10_000);
     c.workflow_host = Some("NULL".into());
@@ -523,6 +529,149 @@ fn recover_downgraded_when_owning_master_alive_on_2_0_plus() {
     assert_eq!(z.owner_master, None);
     assert!(!z.owner_master_alive);
     assert_eq!(z.workflow, FollowUp::Recover);
+}
+
+#[test]
+fn unseen_host_counts_from_the_later_of_view_validity_and_submit() {
+    // Issue 10 item 1: a worker registered after the daemon's last look got a
+    // task and vanished (or the view is older than the read): the task gets
+    // the full grace from its own submit time, not from view validity.
+    let v = view(LIVE, &["m1:5678"]);
+    let p = acting(DsLine::V3_2);
+    let c = [task(1, Some("new-worker:1234"), 1000)];
+    // long after view validity (t(0)), but only 59 s after submit
+    assert!(plan(&v, &c, t(1059), &p, &SafetyState::default())
+        .zombies
+        .is_empty());
+    let pl = plan(&v, &c, t(1060), &p, &SafetyState::default());
+    let z = only(&pl);
+    assert_eq!(z.reason, Reason::WorkerLost);
+    assert_eq!(z.evidence.absent_for_seconds, Some(60));
+    // no submit time: the start time counts
+    let mut c2 = task(2, Some("new-worker:1234"), 0);
+    c2.submit_time = None;
+    c2.start_time = Some(t(2000));
+    assert!(
+        plan(&v, &[c2.clone()], t(2059), &p, &SafetyState::default())
+            .zombies
+            .is_empty()
+    );
+    assert_eq!(
+        only(&plan(&v, &[c2], t(2060), &p, &SafetyState::default())).reason,
+        Reason::WorkerLost
+    );
+    // an unseen master of a logic task likewise
+    let mut c3 = task(3, Some("new-master:5678"), 1000);
+    c3.task_type = "DEPENDENT".into();
+    assert!(
+        plan(&v, &[c3.clone()], t(1059), &p, &SafetyState::default())
+            .zombies
+            .is_empty()
+    );
+    assert_eq!(
+        only(&plan(&v, &[c3], t(1060), &p, &SafetyState::default())).reason,
+        Reason::MasterLost
+    );
+}
+
+#[test]
+fn host_less_sub_process_is_judged_against_its_workflow_master() {
+    // Issue 10 item 3: SUB_PROCESS runs with host NULL for its whole life on
+    // 1.2, 1.3 and 2.0; it is never `no_host`.
+    for line in [DsLine::V1_2, DsLine::V1_3, DsLine::V2_0] {
+        let mut p = acting(line);
+        p.no_host_after = Duration::from_secs(1);
+        let mut v = view(LIVE, &["m1:5678"]);
+        let mut c = task(1, None, 0);
+        c.task_type = "SUB_PROCESS".into();
+        c.workflow_host = Some("m1:5678".into());
+        // its workflow's master lives: a healthy sub-workflow, however old
+        assert!(
+            plan(&v, &[c.clone()], t(100_000), &p, &SafetyState::default())
+                .zombies
+                .is_empty(),
+            "{line}"
+        );
+        // that master goes: master_lost after grace, judged on the workflow host
+        v.remove(NodeKind::Master, "m1:5678", t(100_000));
+        assert!(
+            plan(&v, &[c.clone()], t(100_059), &p, &SafetyState::default())
+                .zombies
+                .is_empty(),
+            "{line}"
+        );
+        let pl = plan(&v, &[c.clone()], t(100_060), &p, &SafetyState::default());
+        let z = only(&pl);
+        assert_eq!(z.reason, Reason::MasterLost, "{line}");
+        assert_eq!(z.evidence.lost_at, Some(t(100_000)), "{line}");
+        // no workflow host either: DS's own master failover owns it
+        c.workflow_host = Some("NULL".into());
+        assert!(
+            plan(&v, &[c], t(200_000), &p, &SafetyState::default())
+                .zombies
+                .is_empty(),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn dependent_runs_on_a_worker_in_1_2() {
+    // Issue 10 item 3: 1.2 DEPENDENT is a worker task: a live worker keeps it,
+    // and a live master (which never ran it) does not make it master_lost.
+    let mut v = view(LIVE, &["m1:5678"]);
+    let p = acting(DsLine::V1_2);
+    let mut c = task(1, Some("w1:1234"), 0);
+    c.task_type = "DEPENDENT".into();
+    assert!(plan(&v, &[c.clone()], t(1000), &p, &SafetyState::default())
+        .zombies
+        .is_empty());
+    v.remove(NodeKind::Worker, "w1:1234", t(1000));
+    let z = plan(&v, &[c.clone()], t(1060), &p, &SafetyState::default());
+    assert_eq!(only(&z).reason, Reason::WorkerLost);
+    // on 1.3 the same row is a logic task, judged against masters
+    let mut p13 = p.clone();
+    p13.line = DsLine::V1_3;
+    c.host = Some("m1:5678".into());
+    assert!(plan(&v, &[c], t(1060), &p13, &SafetyState::default())
+        .zombies
+        .is_empty());
+}
+
+#[test]
+fn task_hosts_match_the_heartbeat_address() {
+    // Issue 10 item 11: DS 3.3+ writes the heartbeat's host:port into
+    // t_ds_task_instance.host; the node name differs with worker-address set.
+    let mut v = view(LIVE, &["m1:5678"]);
+    let mut n = NodeInfo::new("worker-a.example:1234", t(0)).with_address(Some("10.0.0.9:1234"));
+    n.startup_time = Some(t(-100));
+    v.upsert(NodeKind::Worker, n);
+    let p = acting(DsLine::V3_3);
+    let c = [task(1, Some("10.0.0.9:1234"), -50)];
+    assert!(plan(&v, &c, t(10_000), &p, &SafetyState::default())
+        .zombies
+        .is_empty());
+    // the node goes: rows naming its address see the loss and its time
+    v.remove(NodeKind::Worker, "worker-a.example:1234", t(10_000));
+    assert!(plan(&v, &c, t(10_059), &p, &SafetyState::default())
+        .zombies
+        .is_empty());
+    let pl = plan(&v, &c, t(10_060), &p, &SafetyState::default());
+    assert_eq!(only(&pl).evidence.lost_at, Some(t(10_000)));
+    // a master's address is its identity for the owner rule too
+    let mut v2 = view(LIVE, &[]);
+    v2.upsert(
+        NodeKind::Master,
+        NodeInfo::new("master-a:5678", t(0)).with_address(Some("10.0.0.1:5678")),
+    );
+    let mut p2 = acting(DsLine::V3_3);
+    p2.workflow = FollowUp::Recover;
+    let mut c2 = task(2, Some("gone:1234"), -500);
+    c2.workflow_host = Some("10.0.0.1:5678".into());
+    let z = plan(&v2, &[c2], t(1000), &p2, &SafetyState::default());
+    let z = only(&z);
+    assert!(z.owner_master_alive);
+    assert_eq!(z.workflow, FollowUp::None);
 }
 
 #[test]
@@ -655,7 +804,7 @@ proptest! {
     fn healthy_worker_task_is_never_touched(v in arb_view(), c in arb_candidates(), p in arb_policy(), now in 0i64..2000) {
         let pl = plan(&v, &c, t(now), &p, &SafetyState::default());
         for z in &pl.zombies {
-            if DsLine::is_logic_task(&z.task.task_type) { continue; }
+            if p.line.is_logic_task(&z.task.task_type) { continue; }
             if let Some(node) = z.task.host.as_deref().and_then(|h| v.live(NodeKind::Worker, h)) {
                 let started_before = match (node.startup_time, z.task.submit_time) {
                     (Some(st), Some(sub)) => st <= sub,
