@@ -69,6 +69,18 @@ pub enum ViewState {
     Invalid { since: Instant, reason: String },
 }
 
+/// One kind's live nodes, losses and address aliases.
+type Maps<'a> = (
+    &'a HashMap<String, NodeInfo>,
+    &'a HashMap<String, Instant>,
+    &'a HashMap<String, String>,
+);
+type MapsMut<'a> = (
+    &'a mut HashMap<String, NodeInfo>,
+    &'a mut HashMap<String, Instant>,
+    &'a mut HashMap<String, String>,
+);
+
 /// Everything the planner needs to know about the registry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RegistryView {
@@ -117,14 +129,7 @@ impl RegistryView {
         self.valid_since().is_some()
     }
 
-    fn maps(
-        &self,
-        kind: NodeKind,
-    ) -> (
-        &HashMap<String, NodeInfo>,
-        &HashMap<String, Instant>,
-        &HashMap<String, String>,
-    ) {
+    fn maps(&self, kind: NodeKind) -> Maps<'_> {
         match kind {
             NodeKind::Worker => (&self.workers, &self.lost_workers, &self.worker_aliases),
             NodeKind::Master => (&self.masters, &self.lost_masters, &self.master_aliases),
@@ -157,14 +162,7 @@ impl RegistryView {
         self.maps(kind).1.get(h.as_ref()).copied()
     }
 
-    fn maps_mut(
-        &mut self,
-        kind: NodeKind,
-    ) -> (
-        &mut HashMap<String, NodeInfo>,
-        &mut HashMap<String, Instant>,
-        &mut HashMap<String, String>,
-    ) {
+    fn maps_mut(&mut self, kind: NodeKind) -> MapsMut<'_> {
         match kind {
             NodeKind::Worker => (
                 &mut self.workers,
