@@ -389,4 +389,6 @@ pub fn recover_skipped_note(line: DsLine, master: &str) -> String {
 }
 
 #[cfg(test)]
+mod gaps;
+#[cfg(test)]
 mod tests;
