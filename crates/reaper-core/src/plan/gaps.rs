@@ -151,17 +151,13 @@ fn replay(steps: &[(i64, Ev)]) -> Result<(), TestCaseError> {
         }
         match *ev {
             Ev::Up(h) => {
-                if truth.live.insert(h) {
-                    if !truth.in_gap {
-                        truth.in_flight.push((now, h, true));
-                    }
+                if truth.live.insert(h) && !truth.in_gap {
+                    truth.in_flight.push((now, h, true));
                 }
             }
             Ev::Down(h) => {
-                if truth.live.remove(&h) {
-                    if !truth.in_gap {
-                        truth.in_flight.push((now, h, false));
-                    }
+                if truth.live.remove(&h) && !truth.in_gap {
+                    truth.in_flight.push((now, h, false));
                 }
             }
             Ev::Deliver => {
