@@ -362,7 +362,6 @@ impl Loop {
 
     async fn run(mut self) {
         let mut backoff = MIN_BACKOFF;
-        let mut expired = false;
         loop {
             if self.inner.cancel.is_cancelled() {
                 break;
@@ -400,7 +399,7 @@ impl Loop {
             // close() is prompt even against a slow ensemble.
             let cancel = self.inner.cancel.clone();
             let outcome = tokio::select! {
-                o = self.serve_session(&client, &mut backoff, expired) => o,
+                o = self.serve_session(&client, &mut backoff) => o,
                 _ = cancel.cancelled() => Outcome::Cancelled,
             };
             lock(&self.inner.client).take();
@@ -413,7 +412,6 @@ impl Loop {
                     self.inner.expirations.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!("ZooKeeper session expired; building a new session");
                     self.invalidate("ZooKeeper session expired".to_string());
-                    expired = true;
                     drop(client);
                 }
                 Outcome::Ended(reason) => {
@@ -477,12 +475,9 @@ impl Loop {
         Ok(())
     }
 
-    async fn serve_session(
-        &mut self,
-        client: &zk::Client,
-        backoff: &mut Duration,
-        mut expired: bool,
-    ) -> Outcome {
+    async fn serve_session(&mut self, client: &zk::Client, backoff: &mut Duration) -> Outcome {
+        // Node `seen_at` is per session; absence clocks restart on every listing.
+        let mut new_session = true;
         let mut states = client.state_watcher();
         let mut forwarders = Forwarders(Vec::new());
         let rt = self.inner.settings.request_timeout;
@@ -522,8 +517,8 @@ impl Loop {
             }
             match self.list_all(client).await {
                 Ok(listing) => {
-                    self.apply_listing(listing, expired);
-                    expired = false;
+                    self.apply_listing(listing, new_session);
+                    new_session = false;
                     *backoff = MIN_BACKOFF;
                 }
                 Err(e) => {
@@ -685,7 +680,10 @@ impl Loop {
         }
     }
 
-    fn apply_listing(&mut self, (nodes, legacy_dir): Listing, after_expiry: bool) {
+    /// Makes the view valid from a full listing. Every listing ends a gap in
+    /// sight (the first of a session, or the first after a reconnect or a failed
+    /// attempt), so absence clocks restart here whatever the gap was.
+    fn apply_listing(&mut self, (nodes, legacy_dir): Listing, new_session: bool) {
         let now = Utc::now();
         let old_seen: HashMap<(NodeKind, String), Instant> = self
             .view
@@ -707,7 +705,7 @@ impl Loop {
             let Class::Leaf(key) = classify(self.mode, &rel, Some(eph)) else {
                 continue;
             };
-            let seen = if after_expiry {
+            let seen = if new_session {
                 now
             } else {
                 old_seen
@@ -728,19 +726,12 @@ impl Loop {
                 self.view.remove(*kind, host, now);
             }
         }
-        if after_expiry {
-            // SPEC §4.1: absence clocks restart from the rebuild's full listing.
-            for t in self
-                .view
-                .lost_workers
-                .values_mut()
-                .chain(self.view.lost_masters.values_mut())
-            {
-                if *t < now {
-                    *t = now;
-                }
-            }
-        }
+        // SPEC §4.1: after any gap — a reconnect of the same session as much
+        // as an expiry or a new session — a loss seen before it never shortens
+        // a grace period after it: a host lost before the gap may have come
+        // back and gone again unseen, so its recorded loss may be older than
+        // its real one.
+        self.view.restart_absence_clocks(now);
         let hosts: Vec<(NodeKind, String)> = self.by_host.keys().cloned().collect();
         for (kind, host) in hosts {
             self.refresh_host(kind, &host, now);

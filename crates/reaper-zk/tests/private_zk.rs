@@ -331,3 +331,121 @@ async fn close_ends_the_session_at_once() {
     assert_eq!(zk.alive_connections().await, Some(before - 1));
     assert!(!reg.view().is_valid());
 }
+
+/// Waits until `reg` is valid again after `before` and returns its view.
+async fn valid_after(
+    reg: &Registry,
+    what: &str,
+    before: chrono::DateTime<Utc>,
+) -> std::sync::Arc<reaper_core::RegistryView> {
+    wait_view(reg, what, |v| v.valid_since().is_some_and(|s| s > before)).await
+}
+
+/// SPEC §4.1: after any gap in sight — a reconnect of the same session as much
+/// as a new session — a loss seen before the gap counts from the listing that
+/// ends it. Two registries see the same gaps: `same` has a session that
+/// outlives them (it reconnects), `fresh` one that expires on the client side
+/// while the server is down (it builds a new session).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loss_before_any_gap_counts_from_the_listing_after_it() {
+    if !private_zk_available() {
+        return;
+    }
+    let mut zk = PrivateZk::start().await.unwrap();
+    let connect = zk.connect_string();
+    let root = "/dolphinscheduler";
+    let mut opts = sim_opts();
+    opts.session_timeout = Duration::from_secs(40);
+    let (stay, go) = ("10.0.5.1:1234", "10.0.5.2:1234");
+    let _stay = SimServer::register_with(
+        &connect,
+        root,
+        DsLine::V3_3,
+        NodeKind::Worker,
+        stay,
+        &[],
+        Utc::now(),
+        opts.clone(),
+    )
+    .await
+    .unwrap();
+    let mut gone = SimServer::register_with(
+        &connect,
+        root,
+        DsLine::V3_3,
+        NodeKind::Worker,
+        go,
+        &[],
+        Utc::now(),
+        opts,
+    )
+    .await
+    .unwrap();
+    let mut s = settings(&connect, root, None);
+    s.session_timeout = Duration::from_secs(30);
+    let same = Registry::start(s, CancellationToken::new());
+    let mut s = settings(&connect, root, None);
+    // the client gives up on a session after 7/5 of it without the server
+    s.session_timeout = Duration::from_secs(2);
+    s.request_timeout = Duration::from_secs(2);
+    let fresh = Registry::start(s, CancellationToken::new());
+    for reg in [&same, &fresh] {
+        wait_view(reg, "both workers", |v| {
+            v.is_valid() && v.workers.len() == 2
+        })
+        .await;
+    }
+    gone.crash().await;
+    let mut lost_before = Vec::new();
+    for reg in [&same, &fresh] {
+        let v = wait_view(reg, "the loss", |v| {
+            v.lost_at(NodeKind::Worker, go).is_some()
+        })
+        .await;
+        lost_before.push(v.lost_at(NodeKind::Worker, go).unwrap());
+    }
+
+    for (gap, kill) in [("graceful stop", false), ("kill -9", true)] {
+        let before = Utc::now();
+        let (same0, fresh0) = (same.stats(), fresh.stats());
+        if kill {
+            zk.kill9().await.unwrap();
+        } else {
+            zk.stop().await.unwrap();
+        }
+        for reg in [&same, &fresh] {
+            wait_view(reg, &format!("{gap}: invalid"), |v| !v.is_valid()).await;
+        }
+        // long enough for `fresh` to give its session up, far from `same`'s
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        zk.start_again().await.unwrap();
+        for (reg, lost) in [&same, &fresh].into_iter().zip(lost_before.iter_mut()) {
+            let v = valid_after(reg, &format!("{gap}: valid again"), before).await;
+            let since = v.valid_since().unwrap();
+            assert!(v.live(NodeKind::Worker, stay).is_some(), "{gap}: {v:#?}");
+            assert!(v.live(NodeKind::Worker, go).is_none(), "{gap}: {v:#?}");
+            let relost = v
+                .lost_at(NodeKind::Worker, go)
+                .unwrap_or_else(|| panic!("{gap}: the loss is kept: {v:#?}"));
+            assert!(
+                relost >= since && relost > *lost,
+                "{gap}: lost at {relost}, before the gap {lost}, valid since {since}; stats {:?}",
+                reg.stats()
+            );
+            *lost = relost;
+        }
+        // the two kinds of gap really happened
+        let (same1, fresh1) = (same.stats(), fresh.stats());
+        assert_eq!(
+            same1.session_expirations, same0.session_expirations,
+            "{gap}: {same1:?}"
+        );
+        assert!(same1.reconnects > same0.reconnects, "{gap}: {same1:?}");
+        assert!(
+            fresh1.session_expirations > fresh0.session_expirations,
+            "{gap}: {fresh1:?}"
+        );
+    }
+    same.close().await;
+    fresh.close().await;
+}
