@@ -16,6 +16,10 @@ pub struct Heartbeat {
     pub report_time: Option<Instant>,
     /// `serverStatus` as a name (`NORMAL`, `ABNORMAL`, `BUSY`, ...), when present.
     pub status: Option<String>,
+    /// The normalised `host:port` of a 3.2+ JSON heartbeat, None when either
+    /// part is missing or unreadable. DS 3.3+ writes this, not the node name,
+    /// into `t_ds_task_instance.host` (they differ when `worker-address` is set).
+    pub address: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -92,6 +96,7 @@ fn parse_csv(text: &str, zone: Zone) -> Result<(Heartbeat, HeartbeatFormat), Hea
                 startup_time: zone.parse_ds_datetime(f[5]),
                 report_time: zone.parse_ds_datetime(f[6]),
                 status: None,
+                address: None,
             },
             HeartbeatFormat::Csv7,
         ),
@@ -101,6 +106,7 @@ fn parse_csv(text: &str, zone: Zone) -> Result<(Heartbeat, HeartbeatFormat), Hea
                 startup_time: zone.parse_ds_datetime(f[6]),
                 report_time: zone.parse_ds_datetime(f[7]),
                 status: status_field(f[8]),
+                address: None,
             },
             HeartbeatFormat::Csv10,
         ),
@@ -109,6 +115,7 @@ fn parse_csv(text: &str, zone: Zone) -> Result<(Heartbeat, HeartbeatFormat), Hea
                 startup_time: epoch_ms(f[6]),
                 report_time: epoch_ms(f[7]),
                 status: status_field(f[8]),
+                address: None,
             },
             HeartbeatFormat::CsvEpoch,
         ),
@@ -118,6 +125,7 @@ fn parse_csv(text: &str, zone: Zone) -> Result<(Heartbeat, HeartbeatFormat), Hea
                 startup_time: epoch_ms(f[7]),
                 report_time: epoch_ms(f[8]),
                 status: status_field(f[9]),
+                address: None,
             },
             HeartbeatFormat::CsvEpoch,
         ),
@@ -175,9 +183,31 @@ fn parse_json(text: &str) -> Result<(Heartbeat, HeartbeatFormat), HeartbeatError
             startup_time: json_ms(obj.get("startupTime")),
             report_time: json_ms(obj.get("reportTime")),
             status,
+            address: json_address(obj),
         },
         format,
     ))
+}
+
+/// `host` and `port` of a 3.2+ heartbeat as one normalised `host:port`.
+/// Lenient like the rest of the parser: a missing or malformed part only
+/// loses the address, never the heartbeat.
+fn json_address(obj: &serde_json::Map<String, serde_json::Value>) -> Option<String> {
+    let host = obj.get("host")?.as_str()?.trim();
+    // An empty host, or one with blanks or a slash, is not what DS writes into
+    // a task row; comparing with it could only produce a false match.
+    if host.is_empty() || host.contains(|c: char| c.is_whitespace() || c == '/') {
+        return None;
+    }
+    let port: u16 = match obj.get("port")? {
+        serde_json::Value::Number(n) => n.as_u64().and_then(|p| u16::try_from(p).ok())?,
+        serde_json::Value::String(s) => s.trim().parse().ok()?,
+        _ => return None,
+    };
+    if port == 0 {
+        return None;
+    }
+    Some(reaper_core::host::normalize(&format!("{host}:{port}")).into_owned())
 }
 
 #[cfg(test)]
@@ -287,6 +317,71 @@ mod tests {
             assert_eq!(ms(hb.startup_time), 1_729_245_600_000);
             assert_eq!(ms(hb.report_time), 1_729_249_200_000);
             assert_eq!(hb.status.as_deref(), Some("NORMAL"));
+            assert_eq!(hb.address.as_deref(), Some("10.0.0.5:1234"));
+        }
+    }
+
+    #[test]
+    fn json_of_3_3_carries_host_and_port() {
+        // a 3.3 worker with worker-address set: the node is named otherwise
+        let s = r#"{"processId":12345,"startupTime":1736490000000,"reportTime":1736490010000,"cpuUsage":0.15,"memoryUsage":0.62,"diskUsage":0.4,"serverStatus":"NORMAL","host":"10.0.0.9","port":1234,"workerHostWeight":100,"threadPoolUsage":0.0,"workerGroup":"default"}"#;
+        let (hb, f) = parse(s.as_bytes(), utc()).unwrap();
+        assert_eq!(f, HeartbeatFormat::Json32);
+        assert_eq!(hb.address.as_deref(), Some("10.0.0.9:1234"));
+        assert_eq!(ms(hb.report_time), 1_736_490_010_000);
+        // a master, its port as a string, a host in upper case with blanks
+        let s = r#"{"startupTime":1,"reportTime":2,"serverStatus":"NORMAL","host":" Master-1.DS.svc ","port":"5678","isCoordinator":true}"#;
+        let (hb, _) = parse(s.as_bytes(), utc()).unwrap();
+        assert_eq!(hb.address.as_deref(), Some("master-1.ds.svc:5678"));
+    }
+
+    #[test]
+    fn heartbeats_without_host_and_port_have_no_address() {
+        let v31 = r#"{"startupTime":1703125000000,"reportTime":1703125010000,"serverStatus":0,"processId":12345}"#;
+        let csv13 = "0.15,0.62,1.2,12.5,32.0,0.3,1685440000000,1685440010000,2,12345,100,100,0";
+        let csv7 = "10.0.0.5,12345,0.15,0.62,1.2,2020-04-01 10:00:00,2020-04-01 10:05:00";
+        for s in [v31, csv13, csv7] {
+            let (hb, _) = parse(s.as_bytes(), utc()).unwrap();
+            assert_eq!(hb.address, None, "{s}");
+            assert!(hb.report_time.is_some(), "{s}");
+        }
+        // only one of the two
+        for s in [
+            r#"{"startupTime":1,"reportTime":2,"serverStatus":"NORMAL","host":"10.0.0.9"}"#,
+            r#"{"startupTime":1,"reportTime":2,"serverStatus":"NORMAL","port":1234}"#,
+        ] {
+            let (hb, _) = parse(s.as_bytes(), utc()).unwrap();
+            assert_eq!(hb.address, None, "{s}");
+        }
+    }
+
+    #[test]
+    fn a_bad_host_or_port_loses_only_the_address() {
+        let bad_ports = [
+            r#""abc""#, "-1", "70000", "0", "1234.5", "null", "true", r#""""#, "[1234]",
+        ];
+        for p in bad_ports {
+            let s = format!(
+                r#"{{"startupTime":1,"reportTime":2,"serverStatus":"NORMAL","host":"10.0.0.9","port":{p}}}"#
+            );
+            let (hb, f) = parse(s.as_bytes(), utc())
+                .unwrap_or_else(|e| panic!("port {p}: the heartbeat itself must parse: {e}"));
+            assert_eq!(f, HeartbeatFormat::Json32, "port {p}");
+            assert_eq!(hb.address, None, "port {p}");
+            assert_eq!(ms(hb.startup_time), 1, "port {p}");
+            assert_eq!(ms(hb.report_time), 2, "port {p}");
+            assert_eq!(hb.status.as_deref(), Some("NORMAL"), "port {p}");
+        }
+        for h in [
+            r#""""#, r#""  ""#, "12", "null", r#""a b""#, r#""a/b""#, "{}",
+        ] {
+            let s = format!(
+                r#"{{"startupTime":1,"reportTime":2,"serverStatus":"NORMAL","host":{h},"port":1234}}"#
+            );
+            let (hb, _) = parse(s.as_bytes(), utc())
+                .unwrap_or_else(|e| panic!("host {h}: the heartbeat itself must parse: {e}"));
+            assert_eq!(hb.address, None, "host {h}");
+            assert_eq!(ms(hb.report_time), 2, "host {h}");
         }
     }
 

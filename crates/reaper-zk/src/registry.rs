@@ -220,6 +220,13 @@ struct LeafKey {
 
 /// `ephemeral`: whether the node is ephemeral, when known. In auto mode a
 /// direct child of `/nodes/worker` is a worker (flat) if ephemeral, else a group.
+///
+/// Only `/nodes/master` and `/nodes/worker` (and 1.2's `/masters`, `/workers`)
+/// hold servers. 3.3+ also keeps `/nodes/master-coordinator` (its data a
+/// master's address), `/nodes/master-coordinator-lock`, the persistent
+/// `/nodes/failover-finish-nodes/<host:port>-<startupTime>-<pid>` and the alert
+/// server's nodes under `/nodes`: matching on the exact directory names keeps
+/// them out of the view and out of layout detection.
 fn classify(mode: Mode, rel: &str, ephemeral: Option<bool>) -> Class {
     let parts: Vec<&str> = rel.trim_start_matches('/').split('/').collect();
     let leaf = |kind, h: &str, group: Option<&str>, layout| {
@@ -768,17 +775,25 @@ impl Loop {
         groups.sort();
         groups.dedup();
         let seen_at = leaves.iter().map(|l| l.seen_at).min().unwrap_or(now);
-        let mut info = NodeInfo::new(host, seen_at);
+        let existing = match kind {
+            NodeKind::Worker => self.view.workers.get(host),
+            NodeKind::Master => self.view.masters.get(host),
+        };
+        // 3.3+ task rows name the heartbeat's host:port, not the node. Data
+        // that cannot be read (yet) says nothing about it: the live node keeps
+        // the address it had, or its tasks would stop matching it.
+        let address = match best {
+            Some(hb) => hb.address.clone(),
+            None => existing.and_then(|n| n.address.clone()),
+        };
+        let existed = existing.is_some();
+        let mut info = NodeInfo::new(host, seen_at).with_address(address.as_deref());
         if let Some(hb) = best {
             info.startup_time = hb.startup_time;
             info.report_time = hb.report_time;
             info.status = hb.status.clone();
         }
         info.groups = groups;
-        let existed = match kind {
-            NodeKind::Worker => self.view.workers.contains_key(host),
-            NodeKind::Master => self.view.masters.contains_key(host),
-        };
         if !existed {
             tracing::info!(?kind, host, "registry node present");
         }
@@ -1029,6 +1044,61 @@ mod tests {
             Some(345)
         );
         assert_eq!(queue_entry_task_id("garbage"), None);
+    }
+
+    #[test]
+    fn non_server_nodes_of_3_3_are_ignored() {
+        let modes = [
+            Mode::Auto,
+            Mode::Fixed(RegistryLayout::Flat),
+            Mode::Fixed(RegistryLayout::Grouped),
+            Mode::Fixed(RegistryLayout::Legacy),
+        ];
+        let paths = [
+            "/nodes/master-coordinator",
+            "/nodes/master-coordinator-lock",
+            "/nodes/master-coordinator-lock/_c_0b6d7c1e-lock-0000000001",
+            "/nodes/failover-finish-nodes",
+            "/nodes/failover-finish-nodes/10.0.0.5:5678-1736490000000-12345",
+            "/nodes/failover-finish-nodes/10.0.0.9:1234-1736490000000-23456",
+            "/nodes/alert-server",
+            "/nodes/alert-server/10.0.0.7:50052",
+            "/nodes/alert-server-ha-leader",
+            "/nodes",
+            "/nodes/master",
+            "/nodes/worker",
+        ];
+        for mode in modes {
+            for path in paths {
+                for eph in [None, Some(true), Some(false)] {
+                    assert_eq!(
+                        classify(mode, path, eph),
+                        Class::Ignore,
+                        "{mode:?} {path} ephemeral={eph:?}"
+                    );
+                }
+            }
+        }
+        // the servers next to them still count
+        assert!(matches!(
+            classify(Mode::Auto, "/nodes/master/10.0.0.5:5678", Some(true)),
+            Class::Leaf(LeafKey {
+                kind: NodeKind::Master,
+                ..
+            })
+        ));
+        assert!(matches!(
+            classify(
+                Mode::Auto,
+                "/nodes/worker/worker-a.example:1234",
+                Some(true)
+            ),
+            Class::Leaf(LeafKey {
+                kind: NodeKind::Worker,
+                layout: Some(RegistryLayout::Flat),
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -5,7 +5,7 @@ mod common;
 use chrono::{TimeDelta, Utc};
 use common::*;
 use ds_sim::zk::{add_task_queue_entry, delete_tree, task_queue_entries, SimServer};
-use reaper_core::{DsLine, NodeKind, RegistryLayout};
+use reaper_core::{DsLine, HeartbeatFormat, NodeKind, RegistryLayout};
 use reaper_zk::Registry;
 use tokio_util::sync::CancellationToken;
 
@@ -328,4 +328,179 @@ async fn unreachable_ensemble_is_an_invalid_view_with_the_error() {
         Err(reaper_zk::ZkError::NotConnected)
     );
     reg.close().await;
+}
+
+/// 3.3+: a worker registered under its `worker-address` (the node name) while
+/// its heartbeat carries the `host:port` DS writes into task rows, next to the
+/// non-server nodes 3.3 keeps under `/nodes`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_address_of_3_3_and_its_non_server_nodes() {
+    use zookeeper_client as zk;
+    let Some(zk_addr) = shared_zk().await else {
+        return;
+    };
+    for explicit in [false, true] {
+        let root = unique_root();
+        let client = zk::Client::connect(&zk_addr).await.unwrap();
+        let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+        for dir in [
+            "/nodes/worker",
+            "/nodes/master",
+            "/nodes/failover-finish-nodes",
+        ] {
+            client
+                .mkdir(&format!("{root}{dir}"), &persistent)
+                .await
+                .unwrap();
+        }
+        let now = Utc::now().timestamp_millis();
+        let worker_hb = |report: i64| {
+            format!(
+                r#"{{"processId":23456,"startupTime":{now},"reportTime":{report},"cpuUsage":0.1,"memoryUsage":0.5,"diskUsage":0.3,"serverStatus":"NORMAL","host":"10.0.0.9","port":1234,"workerHostWeight":100,"threadPoolUsage":0.0,"workerGroup":"default"}}"#
+            )
+        };
+        let worker = format!("{root}/nodes/worker/worker-a.example:1234");
+        client
+            .create(&worker, worker_hb(now).as_bytes(), &ephemeral)
+            .await
+            .unwrap();
+        let master_hb = format!(
+            r#"{{"processId":12345,"startupTime":{now},"reportTime":{now},"cpuUsage":0.1,"memoryUsage":0.5,"diskUsage":0.3,"serverStatus":"NORMAL","host":"10.0.0.5","port":5678,"isCoordinator":true}}"#
+        );
+        client
+            .create(
+                &format!("{root}/nodes/master/10.0.0.5:5678"),
+                master_hb.as_bytes(),
+                &ephemeral,
+            )
+            .await
+            .unwrap();
+        // the coordinator's data is a master's address; the failover marker
+        // names a worker that is gone
+        client
+            .create(
+                &format!("{root}/nodes/master-coordinator"),
+                b"10.0.0.5:5678",
+                &persistent,
+            )
+            .await
+            .unwrap();
+        client
+            .create(
+                &format!("{root}/nodes/failover-finish-nodes/10.0.0.8:1234-1736490000000-34567"),
+                now.to_string().as_bytes(),
+                &persistent,
+            )
+            .await
+            .unwrap();
+
+        let reg = Registry::start(
+            settings(&zk_addr, &root, explicit.then_some(DsLine::V3_3)),
+            CancellationToken::new(),
+        );
+        let ctx = format!("explicit: {explicit}");
+        let check = |v: &reaper_core::RegistryView| {
+            let mut workers: Vec<&String> = v.workers.keys().collect();
+            workers.sort();
+            assert_eq!(workers, vec!["worker-a.example:1234"], "{ctx}: {v:#?}");
+            let mut masters: Vec<&String> = v.masters.keys().collect();
+            masters.sort();
+            assert_eq!(masters, vec!["10.0.0.5:5678"], "{ctx}: {v:#?}");
+            let w = &v.workers["worker-a.example:1234"];
+            assert_eq!(w.address.as_deref(), Some("10.0.0.9:1234"), "{ctx}");
+            // a task row naming the heartbeat address finds the worker
+            assert_eq!(
+                v.live(NodeKind::Worker, "10.0.0.9:1234").map(|n| &n.host),
+                Some(&w.host),
+                "{ctx}"
+            );
+            // the master's heartbeat address is its node name: no alias needed
+            assert_eq!(v.masters["10.0.0.5:5678"].address, None, "{ctx}");
+            assert!(
+                v.lost_workers.is_empty() && v.lost_masters.is_empty(),
+                "{ctx}: {v:#?}"
+            );
+        };
+        let v = wait_view(&reg, &format!("{ctx}: listed"), |v| {
+            v.is_valid() && !v.workers.is_empty() && !v.masters.is_empty()
+        })
+        .await;
+        check(&v);
+        let d = reg.detected();
+        assert_eq!(d.layout, Some(RegistryLayout::Flat), "{ctx}: {d:?}");
+        assert_eq!(d.format, Some(HeartbeatFormat::Json32), "{ctx}: {d:?}");
+        // (an explicit line fixes detection; auto detection sees 3.2/3.3 alone)
+        let lines = if explicit {
+            vec![DsLine::V3_3]
+        } else {
+            vec![DsLine::V3_2, DsLine::V3_3]
+        };
+        assert_eq!(d.lines, lines, "{ctx}: {d:?}");
+
+        // The same nodes appearing and changing while watched: the coordinator
+        // moves, another failover marker is written, then the worker's next
+        // heartbeat. Events arrive in order, so once the heartbeat is in the
+        // view the others were handled before it.
+        client
+            .set_data(
+                &format!("{root}/nodes/master-coordinator"),
+                b"10.0.0.6:5678",
+                None,
+            )
+            .await
+            .unwrap();
+        client
+            .create(
+                &format!("{root}/nodes/failover-finish-nodes/10.0.0.5:5678-1736490000000-12345"),
+                now.to_string().as_bytes(),
+                &persistent,
+            )
+            .await
+            .unwrap();
+        client
+            .create(
+                &format!("{root}/nodes/master-coordinator-lock"),
+                b"",
+                &persistent,
+            )
+            .await
+            .unwrap();
+        client
+            .set_data(&worker, worker_hb(now + 10_000).as_bytes(), None)
+            .await
+            .unwrap();
+        let v = wait_view(&reg, &format!("{ctx}: the next heartbeat"), |v| {
+            v.workers
+                .get("worker-a.example:1234")
+                .and_then(|n| n.report_time)
+                .is_some_and(|t| t.timestamp_millis() == now + 10_000)
+        })
+        .await;
+        check(&v);
+        assert_eq!(reg.detected(), d, "{ctx}");
+
+        // Unreadable data says nothing about the address: the live worker
+        // keeps it, or its tasks would stop matching it.
+        client
+            .set_data(&worker, b"{\"startupTime\":", None)
+            .await
+            .unwrap();
+        let v = wait_view(&reg, &format!("{ctx}: data unreadable"), |v| {
+            v.workers
+                .get("worker-a.example:1234")
+                .is_some_and(|n| n.report_time.is_none())
+        })
+        .await;
+        assert_eq!(
+            v.live(NodeKind::Worker, "10.0.0.9:1234")
+                .map(|n| n.host.as_str()),
+            Some("worker-a.example:1234"),
+            "{ctx}: {v:#?}"
+        );
+
+        reg.close().await;
+        drop(client);
+        let _ = delete_tree(&zk_addr, root.trim_end_matches("/dolphinscheduler")).await;
+    }
 }
