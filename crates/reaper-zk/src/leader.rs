@@ -8,7 +8,7 @@
 
 use crate::registry::close_client;
 use crate::{bounded, ZkError, ZkSettings};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -19,6 +19,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
 pub struct LeaderElection {
     rx: watch::Receiver<bool>,
+    /// The id of the replica holding the lowest latch node, as last observed.
+    leader: Arc<Mutex<Option<String>>>,
     cancel: CancellationToken,
     task: tokio::sync::Mutex<Option<JoinHandle<()>>>,
     _tx: Arc<watch::Sender<bool>>,
@@ -26,7 +28,8 @@ pub struct LeaderElection {
 
 impl LeaderElection {
     /// Starts the election under `<root><path>` (e.g. path `"/ds-reaper/leader"`)
-    /// on a session of its own; `id` is stored in the node for operators.
+    /// on a session of its own; `id` is stored in the node, for operators and
+    /// for [`LeaderElection::leader_id`] on the other replicas.
     pub fn start(
         settings: ZkSettings,
         path: String,
@@ -35,11 +38,22 @@ impl LeaderElection {
     ) -> LeaderElection {
         let (tx, rx) = watch::channel(false);
         let tx = Arc::new(tx);
+        let leader = Arc::new(Mutex::new(None));
         let cancel = cancel.child_token();
         let dir = format!("{}/{}", settings.root_prefix(), path.trim_matches('/'));
-        let task = tokio::spawn(run(settings, dir, id, tx.clone(), cancel.clone()));
+        let task = tokio::spawn(run(
+            settings,
+            dir,
+            id,
+            Seen {
+                tx: tx.clone(),
+                leader: leader.clone(),
+            },
+            cancel.clone(),
+        ));
         LeaderElection {
             rx,
+            leader,
             cancel,
             task: tokio::sync::Mutex::new(Some(task)),
             _tx: tx,
@@ -54,12 +68,37 @@ impl LeaderElection {
         self.rx.clone()
     }
 
+    /// The id the current leader registered with (this replica's own id while
+    /// it leads); None while disconnected or before the first look. It is what
+    /// the election last observed, so it can lag a change by one notification.
+    pub fn leader_id(&self) -> Option<String> {
+        lock(&self.leader).clone()
+    }
+
     /// Resigns at once: the session is closed, so the node goes immediately.
     pub async fn close(&self) {
         self.cancel.cancel();
         if let Some(h) = self.task.lock().await.take() {
             let _ = h.await;
         }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Only plain assignments happen under this lock, so a poisoned one is consistent.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What the election publishes: whether this replica leads, and who does.
+struct Seen {
+    tx: Arc<watch::Sender<bool>>,
+    leader: Arc<Mutex<Option<String>>>,
+}
+
+impl Seen {
+    fn unknown(&self) {
+        set(&self.tx, false);
+        *lock(&self.leader) = None;
     }
 }
 
@@ -84,13 +123,14 @@ fn sequence(name: &str) -> Option<i64> {
     digits.parse().ok()
 }
 
-async fn run(
-    settings: ZkSettings,
-    dir: String,
-    id: String,
-    tx: Arc<watch::Sender<bool>>,
-    cancel: CancellationToken,
-) {
+/// The (sanitized) id in a latch node's name, for when its data cannot be read.
+fn id_from_name(name: &str) -> Option<String> {
+    let rest = name.strip_prefix("_c_")?;
+    let (id, _) = rest.rsplit_once("-latch-")?;
+    (!id.is_empty()).then(|| id.to_string())
+}
+
+async fn run(settings: ZkSettings, dir: String, id: String, seen: Seen, cancel: CancellationToken) {
     let mut backoff = Duration::from_millis(200);
     while !cancel.is_cancelled() {
         let st = settings.session_timeout;
@@ -105,10 +145,10 @@ async fn run(
         match client {
             Ok(client) => {
                 let r = tokio::select! {
-                    r = session(&settings, &client, &dir, &id, &tx, &cancel) => r,
+                    r = session(&settings, &client, &dir, &id, &seen, &cancel) => r,
                     _ = cancel.cancelled() => Ok(()),
                 };
-                set(&tx, false);
+                seen.unknown();
                 close_client(client).await;
                 match r {
                     Ok(()) => break,
@@ -125,7 +165,7 @@ async fn run(
         }
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
-    set(&tx, false);
+    seen.unknown();
 }
 
 /// One session: Ok when cancelled, Err when the session must be rebuilt.
@@ -134,7 +174,7 @@ async fn session(
     client: &zk::Client,
     dir: &str,
     id: &str,
-    tx: &watch::Sender<bool>,
+    seen: &Seen,
     cancel: &CancellationToken,
 ) -> Result<(), ZkError> {
     let rt = settings.request_timeout;
@@ -147,12 +187,26 @@ async fn session(
     let mine = seq.into_i64();
     loop {
         let (children, _, watcher) = bounded(rt, client.get_and_watch_children(dir)).await?;
-        let seqs: Vec<i64> = children.iter().filter_map(|c| sequence(c)).collect();
-        if !seqs.contains(&mine) {
+        let latches: Vec<(i64, &String)> = children
+            .iter()
+            .filter_map(|c| sequence(c).map(|s| (s, c)))
+            .collect();
+        if !latches.iter().any(|(s, _)| *s == mine) {
             return Err(ZkError::NotConnected);
         }
-        let lowest = seqs.iter().copied().min();
-        set(tx, lowest == Some(mine));
+        match latches.iter().min_by_key(|(s, _)| *s) {
+            Some((s, _)) if *s == mine => {
+                // Who leads is known before anyone is told that this replica does.
+                *lock(&seen.leader) = Some(id.to_string());
+                set(&seen.tx, true);
+            }
+            Some((_, name)) => {
+                set(&seen.tx, false);
+                let who = leader_of(rt, client, dir, name).await;
+                *lock(&seen.leader) = who;
+            }
+            None => seen.unknown(),
+        }
         tokio::select! {
             _ = cancel.cancelled() => return Ok(()),
             _ = watcher.changed() => {}
@@ -160,7 +214,7 @@ async fn session(
                 match s {
                     zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {}
                     zk::SessionState::Disconnected => {
-                        set(tx, false);
+                        seen.unknown();
                         loop {
                             tokio::select! {
                                 _ = cancel.cancelled() => return Ok(()),
@@ -175,6 +229,22 @@ async fn session(
                     _ => return Err(ZkError::Zk(zk::Error::SessionExpired)),
                 }
             }
+        }
+    }
+}
+
+/// The id stored in the leader's latch node (the name only sanitizes it).
+async fn leader_of(rt: Duration, client: &zk::Client, dir: &str, name: &str) -> Option<String> {
+    match bounded(rt, client.get_data(&format!("{dir}/{name}"))).await {
+        Ok((data, _)) => match String::from_utf8(data) {
+            Ok(s) if !s.trim().is_empty() => Some(s),
+            _ => id_from_name(name),
+        },
+        // Gone already: the children watch fires and the next look finds the new leader.
+        Err(ZkError::Zk(zk::Error::NoNode)) => None,
+        Err(e) => {
+            tracing::debug!(error = %e, node = name, "reading the leader's latch node failed");
+            id_from_name(name)
         }
     }
 }

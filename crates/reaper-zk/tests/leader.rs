@@ -77,3 +77,59 @@ async fn cancel_token_resigns_too() {
     a.close().await;
     let _ = ds_sim::zk::delete_tree(&zk, root.trim_end_matches("/dolphinscheduler")).await;
 }
+
+/// SPEC §8: a standby answers a reap with the leader's id, so each replica
+/// must know who leads — the id as registered, not the node name's form of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_replica_knows_the_leaders_id() {
+    let Some(zk) = shared_zk().await else { return };
+    let root = unique_root();
+    let start = |id: &str| {
+        LeaderElection::start(
+            settings(&zk, &root, None),
+            "/ds-reaper/leader".into(),
+            id.into(),
+            CancellationToken::new(),
+        )
+    };
+    // characters the latch node's name replaces
+    let (id_a, id_b) = (
+        "reaper-a@10.0.0.1:9477 pid 11",
+        "reaper-b@10.0.0.2:9477 pid 22",
+    );
+    let a = start(id_a);
+    let b = start(id_b);
+    wait_until("one leader", || a.is_leader() || b.is_leader()).await;
+    let (leader, standby, leader_id, standby_id) = if a.is_leader() {
+        (&a, &b, id_a, id_b)
+    } else {
+        (&b, &a, id_b, id_a)
+    };
+    wait_until("the standby knows the leader", || {
+        standby.leader_id().as_deref() == Some(leader_id)
+    })
+    .await;
+    assert!(!standby.is_leader());
+    assert_eq!(leader.leader_id().as_deref(), Some(leader_id));
+
+    // the standby takes over and names itself
+    leader.close().await;
+    assert_eq!(
+        leader.leader_id(),
+        None,
+        "a closed election knows no leader"
+    );
+    wait_until("the standby leads", || standby.is_leader()).await;
+    assert_eq!(standby.leader_id().as_deref(), Some(standby_id));
+
+    // a third replica joining as standby learns it too
+    let c = start("reaper-c");
+    wait_until("the newcomer knows the leader", || {
+        c.leader_id().as_deref() == Some(standby_id)
+    })
+    .await;
+    assert!(!c.is_leader());
+    standby.close().await;
+    c.close().await;
+    let _ = ds_sim::zk::delete_tree(&zk, root.trim_end_matches("/dolphinscheduler")).await;
+}

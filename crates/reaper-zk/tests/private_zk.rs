@@ -300,6 +300,11 @@ async fn leadership_is_dropped_on_disconnect() {
         !a.is_leader() && !b.is_leader()
     })
     .await;
+    // cut off, neither can tell who leads
+    wait_until("no leader id while disconnected", || {
+        a.leader_id().is_none() && b.leader_id().is_none()
+    })
+    .await;
     zk.resume().unwrap();
     wait_until("a leader again", || a.is_leader() || b.is_leader()).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
