@@ -1,11 +1,14 @@
 //! DS schemas and rows in a real database: a fresh, uniquely named database per
 //! [`SimDb`], loaded with the real DS schema of a fixture, plus helpers to
-//! write workflows and tasks the way DS lays them out on each line.
+//! write workflows and tasks the way DS lays them out on each line. Columns
+//! that releases of one line add or drop (`test_flag`, `project_code`, …) are
+//! written only where the loaded schema has them, as its catalog says.
 
 use anyhow::{bail, Context, Result};
 use chrono::NaiveDateTime;
 use reaper_core::DsLine;
 use sqlx::{Executor, MySqlPool, PgPool, Row};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -16,7 +19,9 @@ pub enum SimKind {
 }
 
 /// Schema fixtures and the line each stands for.
-pub const FIXTURES: &[&str] = &["1.2.1", "1.3.9", "2.0.9", "3.1.9", "3.2.2", "dev"];
+pub const FIXTURES: &[&str] = &[
+    "1.2.1", "1.3.9", "2.0.9", "3.1.9", "3.2.2", "dev", "3.3.2", "3.4.0",
+];
 
 pub fn fixture_line(fixture: &str) -> DsLine {
     match fixture {
@@ -148,6 +153,8 @@ pub struct SimDb {
     server: String,
     url: String,
     pub pool: SimPool,
+    /// Columns of the tables the helpers write, from the catalog.
+    columns: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl SimDb {
@@ -206,6 +213,7 @@ impl SimDb {
                 SimPool::Pg(p)
             }
         };
+        let columns = learn_columns(&pool).await?;
         Ok(SimDb {
             kind,
             fixture: fixture.to_string(),
@@ -214,7 +222,13 @@ impl SimDb {
             server,
             url,
             pool,
+            columns,
         })
+    }
+
+    /// Whether the loaded schema's `table` has `col` (lower-case names).
+    pub fn has_column(&self, table: &str, col: &str) -> bool {
+        self.columns.get(table).is_some_and(|c| c.contains(col))
     }
 
     /// The URL of this database (with the password of the server URL).
@@ -335,11 +349,15 @@ impl SimDb {
                 V::I(Some(w.definition_version)),
             ));
         }
-        if line <= DsLine::V3_1 {
+        let table = line.workflow_table();
+        if self.has_column(table, "tenant_id") {
             c.push(("tenant_id", V::I(Some(1))));
         }
-        if line >= DsLine::V3_2 {
+        if self.has_column(table, "project_code") {
             c.push(("project_code", V::L(Some(4_242))));
+        }
+        // 3.2.x and 3.3.0 write it; 3.3.1 dropped the column
+        if self.has_column(table, "test_flag") {
             c.push(("test_flag", V::I(Some(0))));
         }
         let prio = if line == DsLine::V3_3 {
@@ -348,7 +366,7 @@ impl SimDb {
             "process_instance_priority"
         };
         c.push((prio, V::I(w.priority)));
-        self.insert(line.workflow_table(), c).await
+        self.insert(table, c).await
     }
 
     /// Inserts a task instance with the columns its line requires.
@@ -381,10 +399,10 @@ impl SimDb {
             c.push(("task_code", V::L(Some(77))));
             c.push(("task_definition_version", V::I(Some(1))));
         }
-        if line >= DsLine::V3_2 {
+        if self.has_column(TASK, "project_code") {
             c.push(("project_code", V::L(Some(t.project_code))));
         }
-        self.insert("t_ds_task_instance", c).await
+        self.insert(TASK, c).await
     }
 
     /// A task's state, end_time, flag and host.
@@ -527,7 +545,7 @@ impl SimDb {
             cols.push("task_definition_version".into());
             vals.push("1".into());
         }
-        if line >= DsLine::V3_2 {
+        if self.has_column(TASK, "project_code") {
             cols.push("project_code".into());
             vals.push("4242".into());
         }
@@ -562,6 +580,39 @@ impl SimDb {
             SimPool::Pg(p) => i64::from(sqlx::query_scalar::<_, i32>(sql).fetch_one(p).await?),
         })
     }
+}
+
+const TASK: &str = "t_ds_task_instance";
+
+/// Columns of the task, workflow and command tables, from the catalog.
+async fn learn_columns(pool: &SimPool) -> Result<BTreeMap<String, BTreeSet<String>>> {
+    const TABLES: &str =
+        "'t_ds_task_instance', 't_ds_process_instance', 't_ds_workflow_instance', 't_ds_command'";
+    let rows: Vec<(String, String)> = match pool {
+        SimPool::My(p) => {
+            sqlx::query_as(&format!(
+                "SELECT CAST(LOWER(table_name) AS CHAR), CAST(LOWER(column_name) AS CHAR) \
+                 FROM information_schema.columns \
+                 WHERE table_schema = DATABASE() AND LOWER(table_name) IN ({TABLES})"
+            ))
+            .fetch_all(p)
+            .await?
+        }
+        SimPool::Pg(p) => {
+            sqlx::query_as(&format!(
+                "SELECT LOWER(table_name)::text, LOWER(column_name)::text \
+                 FROM information_schema.columns \
+                 WHERE table_schema = current_schema() AND LOWER(table_name) IN ({TABLES})"
+            ))
+            .fetch_all(p)
+            .await?
+        }
+    };
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (t, c) in rows {
+        out.entry(t).or_default().insert(c);
+    }
+    Ok(out)
 }
 
 enum V {
