@@ -12,8 +12,13 @@
 //!   3.0.6–3.2.2 `createCommand` add `schedule_timezone` when the definition is scheduled
 //!   (2.0.9's does not); 3.1.0+ failover copies the priority and `StartParams`.
 //! - 3.3: `WorkflowFailover.failoverWorkflow` and `WorkflowInstanceRecoverFailureTaskTrigger`.
+//!
+//! Columns that only some releases of a line have (`test_flag`, the priority)
+//! are built here as DS's code of the line writes them and then fitted to the
+//! learned catalog ([`fit_command`]): a release without the column does not
+//! write it either.
 
-use crate::schema::{names, DefCols, WorkerGroupCol};
+use crate::schema::{names, Catalog, DefCols, WorkerGroupCol, COMMAND};
 use crate::{FollowUpOutcome, FollowUpRequest};
 use chrono::NaiveDateTime;
 use reaper_core::{Action, DsLine, FollowUp};
@@ -52,6 +57,8 @@ impl CommandRow {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct WfRow {
     pub state: Option<i32>,
+    /// The owning master as stored (`'NULL'` while DS fails it over).
+    pub host: Option<String>,
     pub executor_id: Option<i64>,
     /// `process_definition_id` (≤ 1.3).
     pub def_id: Option<i64>,
@@ -66,8 +73,8 @@ pub(crate) struct WfRow {
 pub(crate) enum WfUpdate {
     /// `state = 6, end_time = now` where `state = from`.
     Fail { from: i32 },
-    /// `host = '<null_host>'`.
-    NullHost,
+    /// `host = '<null_host>'` where `state = from`.
+    NullHost { from: i32 },
     /// 3.3: `state = 18` where `state = from`.
     Failover { from: i32 },
     /// 3.3: `state = 0, run_times + 1, restart_time = now, end_time = NULL` where `state = from`.
@@ -78,7 +85,7 @@ impl WfUpdate {
     pub fn new_state(&self) -> Option<i32> {
         match self {
             WfUpdate::Fail { .. } => Some(6),
-            WfUpdate::NullHost => None,
+            WfUpdate::NullHost { .. } => None,
             WfUpdate::Failover { .. } => Some(18),
             WfUpdate::Restart { .. } => Some(0),
         }
@@ -97,6 +104,9 @@ pub(crate) struct Facts {
     pub other_live: i64,
     /// A command for this workflow instance is already queued.
     pub queued: bool,
+    /// The workflow's host, when it is a live master by the caller's current
+    /// view, asked under the row lock.
+    pub live_owner: Option<String>,
     /// `t_ds_schedules.timezone_id` of the definition, if scheduled (3.1/3.2).
     pub schedule_tz: Option<String>,
 }
@@ -168,21 +178,35 @@ pub(crate) fn decide(
     let Some(state) = wf.state else {
         return skip(format!("workflow instance {wf_id} has no state"));
     };
-    let non_terminal = line.workflow_non_terminal_states().contains(&state);
     let recover = req.follow_up == FollowUp::Recover;
     let after_ft = req.action == Action::FaultTolerance;
-
+    // DsLine lists FAILOVER among the non-terminal states (the workflow is
+    // not finished), but a workflow in it is in DS's own hands: neither fail
+    // nor recover may write over it (SPEC §5).
+    if failover_state(line) == Some(state) {
+        return skip(format!(
+            "workflow instance {wf_id} is in DS's own failover state {state} (FAILOVER)"
+        ));
+    }
+    let non_terminal = line.workflow_non_terminal_states().contains(&state);
+    if facts.queued {
+        return skip(format!(
+            "a command for workflow instance {wf_id} is already queued in t_ds_command"
+        ));
+    }
+    if recover {
+        if let Some(m) = &facts.live_owner {
+            return skip(format!(
+                "workflow instance {wf_id} is held by live master {m}; recover runs only when no live master holds it"
+            ));
+        }
+    }
     if (req.follow_up == FollowUp::Fail || (recover && !after_ft && line != DsLine::V3_3))
         && facts.other_live > 0
     {
         return skip(format!(
             "workflow instance {wf_id} has {} other task(s) not finished",
             facts.other_live
-        ));
-    }
-    if recover && facts.queued {
-        return skip(format!(
-            "a command for workflow instance {wf_id} is already queued in t_ds_command"
         ));
     }
 
@@ -251,7 +275,7 @@ pub(crate) fn decide(
                     facts.other_live
                 ));
             }
-            if !(non_terminal || state == 6) || state == 18 {
+            if !(non_terminal || state == 6) {
                 return skip(format!(
                     "workflow instance {wf_id} is in state {state}, not recoverable"
                 ));
@@ -287,7 +311,7 @@ pub(crate) fn decide(
             "command_param",
             Val::Text(serde_json::Value::Object(param).to_string()),
         ));
-        update = WfUpdate::NullHost;
+        update = WfUpdate::NullHost { from: state };
     } else {
         // "recover from failed node" needs the workflow in FAILURE; fail it first
         if !(non_terminal || state == 6) {
@@ -336,7 +360,8 @@ pub(crate) fn decide(
     if line >= DsLine::V2_0 {
         cols.push(("dry_run", Val::I32(0)));
     }
-    if n.test_flag {
+    if line >= DsLine::V3_2 {
+        // 3.2.x always writes it; 3.3.1+ has no such column (fit_command)
         cols.push(("test_flag", Val::I32(wf.test_flag.unwrap_or(0) as i32)));
     }
     if n.wg == WorkerGroupCol::Id {
@@ -353,10 +378,203 @@ pub(crate) fn decide(
     })
 }
 
+/// DS's own workflow failover state, on the lines that have one.
+pub(crate) fn failover_state(line: DsLine) -> Option<i32> {
+    (line == DsLine::V3_3).then_some(18)
+}
+
+/// The host, when it names a master that is live by `live_master`.
+pub(crate) fn live_owner(
+    host: Option<&str>,
+    live_master: &(dyn Fn(&str) -> bool + Send + Sync),
+) -> Option<String> {
+    let h = host?;
+    if reaper_core::host::is_empty(Some(h)) {
+        return None;
+    }
+    live_master(h).then(|| h.to_string())
+}
+
+/// Drops the columns the connected `t_ds_command` does not have: DS releases
+/// without a column do not write it (3.3.1 dropped `test_flag`). The columns
+/// a command cannot do without were checked by `Catalog::require_writes`.
+pub(crate) fn fit_command(cmd: CommandRow, cat: &Catalog) -> CommandRow {
+    CommandRow {
+        cols: cmd
+            .cols
+            .into_iter()
+            .filter(|(c, _)| cat.has(COMMAND, c))
+            .collect(),
+    }
+}
+
 /// Whether a 1.x `command_param` names this workflow instance.
 pub(crate) fn param_names_instance(param: &str, wf_id: i64) -> bool {
     serde_json::from_str::<serde_json::Value>(param)
         .ok()
         .and_then(|v| v.get("ProcessInstanceId").cloned())
         .is_some_and(|v| v.as_i64() == Some(wf_id) || v.as_str() == Some(&wf_id.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::{TimeZone, Utc};
+    use reaper_core::Candidate;
+
+    fn req(action: Action, follow_up: FollowUp) -> FollowUpRequest {
+        let mut task = Candidate::new(1, "SHELL", 1, Some("10.0.0.5:1234"));
+        task.workflow_instance_id = Some(10);
+        FollowUpRequest {
+            task,
+            action,
+            follow_up,
+            now: Utc.with_ymd_and_hms(2025, 1, 1, 0, 0, 0).unwrap(),
+        }
+    }
+
+    fn wf(state: i32, host: &str) -> WfRow {
+        WfRow {
+            state: Some(state),
+            host: Some(host.into()),
+            def_code: Some(9001),
+            def_version: Some(1),
+            def_id: Some(9001),
+            executor_id: Some(7),
+            ..WfRow::default()
+        }
+    }
+
+    fn facts() -> Facts {
+        Facts {
+            other_live: 0,
+            queued: false,
+            live_owner: None,
+            schedule_tz: None,
+        }
+    }
+
+    fn skip_reason(r: Result<Decision, FollowUpOutcome>) -> String {
+        match r {
+            Err(FollowUpOutcome::Skipped(m)) => m,
+            other => panic!("not skipped: {other:?}"),
+        }
+    }
+
+    fn now() -> NaiveDateTime {
+        NaiveDateTime::default()
+    }
+
+    #[test]
+    fn failover_state_is_ds_own_on_3_3() {
+        for (a, f) in [
+            (Action::Fail, FollowUp::Fail),
+            (Action::Kill, FollowUp::Recover),
+            (Action::FaultTolerance, FollowUp::Recover),
+        ] {
+            let r = decide(
+                DsLine::V3_3,
+                &req(a, f),
+                10,
+                &wf(18, "NULL"),
+                &facts(),
+                now(),
+            );
+            assert!(skip_reason(r).contains("failover state 18"));
+        }
+        // on older lines 18 is no workflow state DS fails over with
+        let r = decide(
+            DsLine::V3_2,
+            &req(Action::Fail, FollowUp::Fail),
+            10,
+            &wf(1, "m:5678"),
+            &facts(),
+            now(),
+        );
+        assert!(r.is_ok());
+    }
+
+    #[test]
+    fn fail_waits_for_a_queued_command() {
+        let f = Facts {
+            queued: true,
+            ..facts()
+        };
+        for line in [DsLine::V1_3, DsLine::V3_2, DsLine::V3_3] {
+            let r = decide(
+                line,
+                &req(Action::Fail, FollowUp::Fail),
+                10,
+                &wf(1, "m:5678"),
+                &f,
+                now(),
+            );
+            assert!(skip_reason(r).contains("already queued"), "{line}");
+        }
+    }
+
+    #[test]
+    fn recover_never_while_a_live_master_holds_it() {
+        let f = Facts {
+            live_owner: Some("m:5678".into()),
+            ..facts()
+        };
+        for line in DsLine::ALL {
+            for a in [Action::Fail, Action::FaultTolerance] {
+                let r = decide(
+                    line,
+                    &req(a, FollowUp::Recover),
+                    10,
+                    &wf(1, "m:5678"),
+                    &f,
+                    now(),
+                );
+                assert!(skip_reason(r).contains("live master m:5678"), "{line} {a}");
+            }
+        }
+        // `fail` does not depend on the owner
+        let r = decide(
+            DsLine::V1_3,
+            &req(Action::Fail, FollowUp::Fail),
+            10,
+            &wf(1, "m:5678"),
+            &f,
+            now(),
+        );
+        assert!(r.is_ok());
+    }
+
+    #[test]
+    fn live_owner_asks_only_about_real_hosts() {
+        let never = |h: &str| panic!("asked about {h}");
+        for h in [None, Some(""), Some(" "), Some("NULL"), Some("null")] {
+            assert_eq!(live_owner(h, &never), None);
+        }
+        assert_eq!(live_owner(Some("m:5678"), &|_| false), None);
+        assert_eq!(
+            live_owner(Some("m:5678"), &|h| h == "m:5678").as_deref(),
+            Some("m:5678")
+        );
+    }
+
+    #[test]
+    fn commands_fit_the_learned_columns() {
+        let cmd = CommandRow {
+            cols: vec![
+                ("command_type", Val::I32(4)),
+                ("test_flag", Val::I32(0)),
+                ("workflow_instance_id", Val::I64(10)),
+            ],
+        };
+        let cat = Catalog::new(
+            ["t_ds_command".to_string()].into(),
+            vec![
+                ("t_ds_command".into(), "command_type".into()),
+                ("t_ds_command".into(), "workflow_instance_id".into()),
+            ],
+        );
+        let fitted = fit_command(cmd, &cat);
+        let names: Vec<&str> = fitted.cols.iter().map(|(c, _)| *c).collect();
+        assert_eq!(names, ["command_type", "workflow_instance_id"]);
+    }
 }

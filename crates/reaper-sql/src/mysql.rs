@@ -1,21 +1,24 @@
 //! Every MySQL/MariaDB statement of the adapter.
 
-use crate::follow::{decide, Facts, Val, WfRow, WfUpdate};
+use crate::follow::{decide, fit_command, live_owner, Facts, Val, WfRow, WfUpdate};
 use crate::schema::{
-    finished_list, names, DefCols, WorkerGroupCol, COMMAND, SCHEDULES, TASK, WORKER_GROUP,
+    finished_list, learned_tables_list, names, Catalog, DefCols, WorkerGroupCol, COMMAND,
+    SCHEDULES, TASK, WORKER_GROUP,
 };
 use crate::{
-    worker_group_from_id, DbSettings, FollowUpOutcome, FollowUpRequest, Select, SqlError, TaskRow,
-    TaskWrite, PAGE, WRITE_BATCH,
+    worker_group_from_id, BadRow, DbSettings, FollowUpOutcome, FollowUpRequest, Page, Select,
+    SqlError, TaskRow, TaskWrite, PAGE, WRITE_BATCH,
 };
 use chrono::NaiveDateTime;
 use reaper_core::{Action, Candidate, DsLine, FollowUp, Zone};
-use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions, MySqlRow};
-use sqlx::{Executor, MySqlPool, Row};
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPoolOptions, MySqlRow};
+use sqlx::{Connection, Executor, MySqlPool, Row};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
-pub(crate) fn connect_lazy(s: &DbSettings) -> Result<MySqlPool, SqlError> {
+pub(crate) fn connect_lazy(s: &DbSettings, epoch: Arc<AtomicU64>) -> Result<MySqlPool, SqlError> {
     let mut opts = MySqlConnectOptions::from_str(s.url.trim())
         .map_err(|e| SqlError::BadUrl(format!("{}: {e}", crate::redact_url(&s.url))))?;
     if let Some(pw) = &s.password {
@@ -26,12 +29,17 @@ pub(crate) fn connect_lazy(s: &DbSettings) -> Result<MySqlPool, SqlError> {
         .max_connections(s.max_connections.max(1))
         .acquire_timeout(timeout.max(std::time::Duration::from_secs(5)))
         .after_connect(move |conn, _meta| {
+            let epoch = epoch.clone();
             Box::pin(async move {
+                epoch.fetch_add(1, Ordering::AcqRel);
                 if timeout.is_zero() {
                     return Ok(());
                 }
-                // MariaDB takes seconds in max_statement_time, MySQL milliseconds
-                // in max_execution_time; each rejects the other's variable.
+                // MariaDB's max_statement_time (seconds) bounds every
+                // statement, writes and lock waits included. MySQL has no such
+                // variable: its max_execution_time (ms) bounds read-only
+                // SELECTs only, so writes and locking reads rely on the lock
+                // wait timeouts below (and on the client-side limit).
                 let maria = format!(
                     "SET SESSION max_statement_time = {:.3}",
                     timeout.as_secs_f64()
@@ -40,6 +48,12 @@ pub(crate) fn connect_lazy(s: &DbSettings) -> Result<MySqlPool, SqlError> {
                     let my = format!("SET SESSION max_execution_time = {}", timeout.as_millis());
                     conn.execute(my.as_str()).await?;
                 }
+                // whole seconds only, at least 1
+                let secs = timeout.as_secs_f64().ceil().max(1.0) as u64;
+                let locks = format!(
+                    "SET SESSION innodb_lock_wait_timeout = {secs}, lock_wait_timeout = {secs}"
+                );
+                conn.execute(locks.as_str()).await?;
                 Ok(())
             })
         })
@@ -47,31 +61,34 @@ pub(crate) fn connect_lazy(s: &DbSettings) -> Result<MySqlPool, SqlError> {
     Ok(pool)
 }
 
-pub(crate) async fn ping(p: &MySqlPool) -> Result<(), SqlError> {
-    sqlx::query("SELECT 1").execute(p).await?;
+pub(crate) async fn ping(c: &mut MySqlConnection) -> Result<(), SqlError> {
+    sqlx::query("SELECT 1").execute(c).await?;
     Ok(())
 }
 
+/// The tables, the columns of the tables the adapter uses, and the
+/// `t_ds_version` row.
 pub(crate) async fn schema_facts(
-    p: &MySqlPool,
-) -> Result<(BTreeSet<String>, BTreeSet<String>, Option<String>), SqlError> {
+    c: &mut MySqlConnection,
+) -> Result<(Catalog, Option<String>), SqlError> {
     let tables: Vec<String> = sqlx::query_scalar(
         "SELECT CAST(LOWER(table_name) AS CHAR) FROM information_schema.tables WHERE table_schema = DATABASE()",
     )
-    .fetch_all(p)
+    .fetch_all(&mut *c)
     .await?;
-    let cols: Vec<String> = sqlx::query_scalar(
-        "SELECT CAST(LOWER(column_name) AS CHAR) FROM information_schema.columns \
-         WHERE table_schema = DATABASE() AND LOWER(table_name) = 't_ds_task_instance'",
-    )
-    .fetch_all(p)
-    .await?;
+    let sql = format!(
+        "SELECT CAST(LOWER(table_name) AS CHAR), CAST(LOWER(column_name) AS CHAR) \
+         FROM information_schema.columns \
+         WHERE table_schema = DATABASE() AND LOWER(table_name) IN ({})",
+        learned_tables_list()
+    );
+    let cols: Vec<(String, String)> = sqlx::query_as(&sql).fetch_all(&mut *c).await?;
     let tables: BTreeSet<String> = tables.into_iter().collect();
     let version = if tables.contains("t_ds_version") {
         sqlx::query_scalar::<_, Option<String>>(
             "SELECT CAST(version AS CHAR) FROM t_ds_version LIMIT 1",
         )
-        .fetch_optional(p)
+        .fetch_optional(&mut *c)
         .await
         .ok()
         .flatten()
@@ -79,18 +96,18 @@ pub(crate) async fn schema_facts(
     } else {
         None
     };
-    Ok((tables, cols.into_iter().collect(), version))
+    Ok((Catalog::new(tables, cols), version))
 }
 
-pub(crate) async fn max_id(p: &MySqlPool) -> Result<Option<i64>, SqlError> {
+pub(crate) async fn max_id(c: &mut MySqlConnection) -> Result<Option<i64>, SqlError> {
     let sql = format!("SELECT MAX(id) FROM {TASK}");
     Ok(sqlx::query_scalar::<_, Option<i64>>(&sql)
-        .fetch_one(p)
+        .fetch_one(c)
         .await?)
 }
 
 /// The candidate select list and joins of a line.
-fn select_from(line: DsLine) -> String {
+fn select_from(line: DsLine, cat: &Catalog) -> String {
     let n = names(line);
     let (wg, wg_name, wg_join) = match n.wg {
         WorkerGroupCol::Id => (
@@ -100,7 +117,7 @@ fn select_from(line: DsLine) -> String {
         ),
         WorkerGroupCol::Name => ("t.worker_group", "NULL", String::new()),
     };
-    let pc = if n.project_code {
+    let pc = if cat.has(TASK, "project_code") {
         "t.project_code"
     } else {
         "NULL"
@@ -153,35 +170,48 @@ fn decode(line: DsLine, zone: Zone, r: &MySqlRow) -> Result<TaskRow, sqlx::Error
     })
 }
 
-fn decode_all(line: DsLine, zone: Zone, rows: &[MySqlRow]) -> Vec<TaskRow> {
-    rows.iter()
-        .filter_map(|r| match decode(line, zone, r) {
-            Ok(t) => Some(t),
-            Err(e) => {
-                let id: Option<i64> = r.try_get(0).ok();
-                tracing::warn!(task_id = ?id, error = %e, "skipping a task row that cannot be decoded");
-                None
-            }
-        })
-        .collect()
+/// Decodes what it can; a row that fails is reported in `bad`, never dropped
+/// silently (the caller logs, counts and keeps tracking it).
+fn decode_page(line: DsLine, zone: Zone, rows: &[MySqlRow]) -> Result<Page, SqlError> {
+    let mut page = Page {
+        raw: rows.len(),
+        ..Page::default()
+    };
+    for r in rows {
+        let id: i64 = r.try_get(0)?;
+        page.last_id = Some(id);
+        match decode(line, zone, r) {
+            Ok(t) => page.rows.push(t),
+            Err(e) => page.bad.push(BadRow {
+                id,
+                may_be_live: Page::may_be_live(
+                    r.try_get::<Option<i64>, _>(3).ok().flatten(),
+                    r.try_get::<Option<i64>, _>(11).ok().flatten(),
+                ),
+                error: e.to_string(),
+            }),
+        }
+    }
+    Ok(page)
 }
 
 pub(crate) async fn page(
-    p: &MySqlPool,
+    c: &mut MySqlConnection,
     line: DsLine,
+    cat: &Catalog,
     zone: Zone,
     sel: Select,
     after: i64,
-) -> Result<Vec<TaskRow>, SqlError> {
+) -> Result<Page, SqlError> {
     let filter = match sel {
         Select::Unfinished => format!("t.state NOT IN ({})", finished_list()),
     };
     let sql = format!(
         "{} WHERE t.id > ? AND t.flag = 1 AND {filter} ORDER BY t.id LIMIT {PAGE}",
-        select_from(line)
+        select_from(line, cat)
     );
-    let rows = sqlx::query(&sql).bind(after).fetch_all(p).await?;
-    Ok(decode_all(line, zone, &rows))
+    let rows = sqlx::query(&sql).bind(after).fetch_all(c).await?;
+    decode_page(line, zone, &rows)
 }
 
 fn placeholders(n: usize) -> String {
@@ -189,32 +219,33 @@ fn placeholders(n: usize) -> String {
 }
 
 pub(crate) async fn by_ids(
-    p: &MySqlPool,
+    c: &mut MySqlConnection,
     line: DsLine,
+    cat: &Catalog,
     zone: Zone,
     ids: &[i64],
-) -> Result<Vec<TaskRow>, SqlError> {
+) -> Result<Page, SqlError> {
     if ids.is_empty() {
-        return Ok(vec![]);
+        return Ok(Page::default());
     }
     let sql = format!(
         "{} WHERE t.id IN ({}) ORDER BY t.id",
-        select_from(line),
+        select_from(line, cat),
         placeholders(ids.len())
     );
     let mut q = sqlx::query(&sql);
     for id in ids {
         q = q.bind(id);
     }
-    let rows = q.fetch_all(p).await?;
-    Ok(decode_all(line, zone, &rows))
+    let rows = q.fetch_all(c).await?;
+    decode_page(line, zone, &rows)
 }
 
 /// Locks the rows, keeps those still exactly as seen, updates them by id:
 /// MySQL has no `UPDATE … RETURNING`, and the lock makes the check and the
 /// update one atomic step.
 pub(crate) async fn write_batch(
-    p: &MySqlPool,
+    c: &mut MySqlConnection,
     _line: DsLine,
     zone: Zone,
     batch: &[&TaskWrite],
@@ -223,7 +254,7 @@ pub(crate) async fn write_batch(
     if batch.is_empty() {
         return Ok(applied);
     }
-    let mut tx = p.begin().await?;
+    let mut tx = c.begin().await?;
     let mut rows = Vec::with_capacity(batch.len());
     for chunk in batch.chunks(WRITE_BATCH) {
         let sql = format!(
@@ -306,33 +337,35 @@ pub(crate) async fn write_batch(
     Ok(applied)
 }
 
+/// Locks the workflow row and decides on what it holds now (SPEC §4.9):
+/// every update is conditional on the state and host read under the lock,
+/// and one that matches nothing rolls the whole follow-up back.
 pub(crate) async fn follow_up(
-    p: &MySqlPool,
+    c: &mut MySqlConnection,
     line: DsLine,
+    cat: &Catalog,
     zone: Zone,
     req: &FollowUpRequest,
     wf_id: i64,
+    live_master: &(dyn Fn(&str) -> bool + Send + Sync),
 ) -> Result<FollowUpOutcome, SqlError> {
     let n = names(line);
+    let wf_t = n.wf_table;
     let now = zone.to_naive(req.now);
-    let mut tx = p.begin().await?;
-    let (def1, def2) = match n.def {
-        DefCols::Id => ("process_definition_id", "NULL"),
-        DefCols::Code { code, version } => (code, version),
-    };
+    let mut tx = c.begin().await?;
     let def_sel = match n.def {
-        DefCols::Id => format!("{def1}, NULL, NULL"),
-        DefCols::Code { .. } => format!("NULL, {def1}, {def2}"),
+        DefCols::Id => "process_definition_id, NULL, NULL".to_string(),
+        DefCols::Code { code, version } => format!("NULL, {code}, {version}"),
     };
     let prio = if line >= DsLine::V3_1_0 {
-        n.priority
+        cat.col_or_null(wf_t, n.priority)
     } else {
         "NULL"
     };
-    let tf = if n.test_flag { "test_flag" } else { "NULL" };
+    let tf = cat.col_or_null(wf_t, "test_flag");
+    let cp = cat.col_or_null(wf_t, "command_param");
     let sql = format!(
-        "SELECT state, executor_id, {def_sel}, {prio}, {tf}, command_param FROM {wf} WHERE id = ? FOR UPDATE",
-        wf = n.wf_table
+        "SELECT state, executor_id, {def_sel}, {prio}, {tf}, {cp}, host FROM {wf_t} WHERE id = ? FOR UPDATE"
     );
     let Some(r) = sqlx::query(&sql)
         .bind(wf_id)
@@ -352,6 +385,7 @@ pub(crate) async fn follow_up(
         priority: r.try_get(5)?,
         test_flag: r.try_get(6)?,
         command_param: text(&r, 7)?,
+        host: text(&r, 8)?,
     };
     let sql = format!(
         "SELECT COUNT(*) FROM {TASK} WHERE {fk} = ? AND id <> ? AND flag = 1 AND state NOT IN ({})",
@@ -364,9 +398,9 @@ pub(crate) async fn follow_up(
         .fetch_one(&mut *tx)
         .await?;
     let recover = req.follow_up == FollowUp::Recover;
-    let queued = if !recover {
-        false
-    } else if let Some(col) = n.cmd_instance_col {
+    // `fail` must not run while a command for the workflow is queued either
+    // (SPEC §5): the master that takes the command would run a failed workflow.
+    let queued = if let Some(col) = n.cmd_instance_col {
         let sql = format!("SELECT COUNT(*) FROM {COMMAND} WHERE {col} = ?");
         let c: i64 = sqlx::query_scalar(&sql)
             .bind(wf_id)
@@ -390,28 +424,35 @@ pub(crate) async fn follow_up(
             true,
             DefCols::Code { .. },
             DsLine::V3_0 | DsLine::V3_1_0 | DsLine::V3_1 | DsLine::V3_2,
-        ) => match wf.def_code {
-            Some(code) => {
-                let sql = format!(
+        ) if cat.has(SCHEDULES, "process_definition_code") && cat.has(SCHEDULES, "timezone_id") => {
+            match wf.def_code {
+                Some(code) => {
+                    let sql = format!(
                     "SELECT timezone_id FROM {SCHEDULES} WHERE process_definition_code = ? LIMIT 1"
                 );
-                match sqlx::query(&sql)
-                    .bind(code)
-                    .fetch_optional(&mut *tx)
-                    .await?
-                {
-                    Some(r) => text(&r, 0)?,
-                    None => None,
+                    match sqlx::query(&sql)
+                        .bind(code)
+                        .fetch_optional(&mut *tx)
+                        .await?
+                    {
+                        Some(r) => text(&r, 0)?,
+                        None => None,
+                    }
                 }
+                None => None,
             }
-            None => None,
-        },
+        }
         _ => None,
     };
     let facts = Facts {
         other_live,
         queued,
         schedule_tz,
+        live_owner: if recover {
+            live_owner(wf.host.as_deref(), live_master)
+        } else {
+            None
+        },
     };
     let d = match decide(line, req, wf_id, &wf, &facts, now) {
         Ok(d) => d,
@@ -419,56 +460,63 @@ pub(crate) async fn follow_up(
     };
     let mut workflow_state = None;
     if let Some(u) = &d.update {
-        let wf_t = n.wf_table;
-        let res = match u {
-            WfUpdate::Fail { from } => {
-                sqlx::query(&format!(
-                    "UPDATE {wf_t} SET state = 6, end_time = ? WHERE id = ? AND state = ?"
-                ))
-                .bind(now)
-                .bind(wf_id)
-                .bind(from)
-                .execute(&mut *tx)
-                .await?
-            }
-            WfUpdate::NullHost => {
-                sqlx::query(&format!("UPDATE {wf_t} SET host = ? WHERE id = ?"))
-                    .bind(n.null_host)
-                    .bind(wf_id)
-                    .execute(&mut *tx)
-                    .await?
+        let guard = "id = ? AND state = ? AND host <=> ?";
+        let (sql, from) = match u {
+            WfUpdate::Fail { from } => (
+                format!("UPDATE {wf_t} SET state = 6, end_time = ? WHERE {guard}"),
+                from,
+            ),
+            WfUpdate::NullHost { from } => {
+                (format!("UPDATE {wf_t} SET host = ? WHERE {guard}"), from)
             }
             WfUpdate::Failover { from } => {
-                sqlx::query(&format!(
-                    "UPDATE {wf_t} SET state = 18 WHERE id = ? AND state = ?"
-                ))
-                .bind(wf_id)
-                .bind(from)
-                .execute(&mut *tx)
-                .await?
+                (format!("UPDATE {wf_t} SET state = 18 WHERE {guard}"), from)
             }
             WfUpdate::Restart { from } => {
-                sqlx::query(&format!(
-                    "UPDATE {wf_t} SET state = 0, run_times = COALESCE(run_times, 0) + 1, \
-                     restart_time = ?, end_time = NULL WHERE id = ? AND state = ?"
-                ))
-                .bind(now)
-                .bind(wf_id)
-                .bind(from)
-                .execute(&mut *tx)
-                .await?
+                let mut sets = vec!["state = 0"];
+                if cat.has(wf_t, "run_times") {
+                    sets.push("run_times = COALESCE(run_times, 0) + 1");
+                }
+                if cat.has(wf_t, "restart_time") {
+                    sets.push("restart_time = ?");
+                }
+                sets.push("end_time = NULL");
+                (
+                    format!("UPDATE {wf_t} SET {} WHERE {guard}", sets.join(", ")),
+                    from,
+                )
             }
         };
+        let mut q = sqlx::query(&sql);
+        match u {
+            WfUpdate::Fail { .. } => q = q.bind(now),
+            WfUpdate::NullHost { .. } => q = q.bind(n.null_host),
+            WfUpdate::Failover { .. } => {}
+            WfUpdate::Restart { .. } => {
+                if cat.has(wf_t, "restart_time") {
+                    q = q.bind(now);
+                }
+            }
+        }
+        let res = q
+            .bind(wf_id)
+            .bind(*from)
+            .bind(wf.host.clone())
+            .execute(&mut *tx)
+            .await?;
         if res.rows_affected() == 0 {
+            tx.rollback().await?;
             return Ok(FollowUpOutcome::Skipped(format!(
-                "workflow instance {wf_id} changed while being updated"
+                "lost race: workflow instance {wf_id} is no longer in state {from} with host {:?}; nothing written",
+                wf.host
             )));
         }
         workflow_state = u.new_state();
     }
     let mut command_type = None;
     let mut command_id = None;
-    if let Some(cmd) = &d.command {
+    if let Some(cmd) = d.command {
+        let cmd = fit_command(cmd, cat);
         let cols: Vec<&str> = cmd.cols.iter().map(|(c, _)| *c).collect();
         let sql = format!(
             "INSERT INTO {COMMAND} ({}) VALUES ({})",

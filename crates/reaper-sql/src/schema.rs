@@ -1,12 +1,26 @@
-//! Table and column identifiers per DS line (reference §2). Every identifier
-//! that reaches SQL comes from here, never from input.
+//! Table and column identifiers (reference §2). Every identifier that reaches
+//! SQL comes from here, never from input: the structural names (tables, the
+//! workflow foreign key, definition columns) by line, and the columns that
+//! releases of one line add or drop (`test_flag`, `project_code`, `run_times`,
+//! …) from the [`Catalog`] learned from the connected database (SPEC §4.10).
 
+use crate::SqlError;
 use reaper_core::DsLine;
+use std::collections::{BTreeMap, BTreeSet};
 
 pub(crate) const TASK: &str = "t_ds_task_instance";
 pub(crate) const COMMAND: &str = "t_ds_command";
 pub(crate) const WORKER_GROUP: &str = "t_ds_worker_group";
 pub(crate) const SCHEDULES: &str = "t_ds_schedules";
+
+/// The tables whose columns the adapter learns.
+pub(crate) const LEARNED_TABLES: &[&str] = &[
+    TASK,
+    "t_ds_process_instance",
+    "t_ds_workflow_instance",
+    COMMAND,
+    SCHEDULES,
+];
 
 /// How a task row names its worker group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,11 +49,9 @@ pub(crate) struct Names {
     /// FK column in t_ds_task_instance.
     pub fk: &'static str,
     pub wg: WorkerGroupCol,
-    pub project_code: bool,
     pub def: DefCols,
     /// Priority column of the workflow instance / command (3.1+ copies it on failover).
     pub priority: &'static str,
-    pub test_flag: bool,
     /// `t_ds_command` column holding the workflow instance id (2.0+), else the id
     /// travels in `command_param`.
     pub cmd_instance_col: Option<&'static str>,
@@ -57,7 +69,6 @@ pub(crate) fn names(line: DsLine) -> Names {
         } else {
             WorkerGroupCol::Name
         },
-        project_code: line >= DsLine::V3_2,
         def: if line <= DsLine::V1_3 {
             DefCols::Id
         } else if v33 {
@@ -76,7 +87,6 @@ pub(crate) fn names(line: DsLine) -> Names {
         } else {
             "process_instance_priority"
         },
-        test_flag: line >= DsLine::V3_2,
         cmd_instance_col: if line <= DsLine::V1_3 {
             None
         } else if v33 {
@@ -90,6 +100,119 @@ pub(crate) fn names(line: DsLine) -> Names {
     }
 }
 
+/// The tables and columns of the connected database, as its catalog reports
+/// them (lower-case names).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Catalog {
+    pub tables: BTreeSet<String>,
+    pub columns: BTreeMap<String, BTreeSet<String>>,
+    /// The connection generation this was learned at (see `Db::catalog`).
+    pub epoch: u64,
+}
+
+impl Catalog {
+    pub fn new(tables: BTreeSet<String>, cols: Vec<(String, String)>) -> Catalog {
+        let mut columns: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (t, c) in cols {
+            columns.entry(t).or_default().insert(c);
+        }
+        Catalog {
+            tables,
+            columns,
+            epoch: 0,
+        }
+    }
+
+    pub fn has(&self, table: &str, col: &str) -> bool {
+        self.columns.get(table).is_some_and(|c| c.contains(col))
+    }
+
+    pub fn task_columns(&self) -> BTreeSet<String> {
+        self.columns.get(TASK).cloned().unwrap_or_default()
+    }
+
+    /// `col` when the table has it, else SQL `NULL`: for columns that only
+    /// some releases of a line have.
+    pub fn col_or_null<'a>(&self, table: &str, col: &'a str) -> &'a str {
+        if self.has(table, col) {
+            col
+        } else {
+            "NULL"
+        }
+    }
+
+    /// Errors naming every column of `cols` the table lacks.
+    pub fn require(&self, table: &str, cols: &[&str]) -> Result<(), SqlError> {
+        let missing: Vec<&str> = cols
+            .iter()
+            .copied()
+            .filter(|c| !self.has(table, c))
+            .collect();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(SqlError::SchemaMismatch(format!(
+                "{table} has no column(s) {} in the connected database",
+                missing.join(", ")
+            )))
+        }
+    }
+
+    /// What candidate reads select (SPEC §3), for `line`.
+    pub fn require_reads(&self, line: DsLine) -> Result<(), SqlError> {
+        let n = names(line);
+        let wg = match n.wg {
+            WorkerGroupCol::Id => "worker_group_id",
+            WorkerGroupCol::Name => "worker_group",
+        };
+        self.require(
+            TASK,
+            &[
+                "id",
+                "name",
+                "task_type",
+                "state",
+                "host",
+                "submit_time",
+                "start_time",
+                "flag",
+                wg,
+                n.fk,
+            ],
+        )?;
+        self.require(n.wf_table, &["id", "host", "state"])
+    }
+
+    /// Everything a task write and a workflow follow-up compare or write
+    /// unconditionally, for `line`: checked before the first write, so that a
+    /// schema the adapter does not understand stops it before the task write
+    /// rather than between the task write and its follow-up.
+    pub fn require_writes(&self, line: DsLine) -> Result<(), SqlError> {
+        let n = names(line);
+        self.require_reads(line)?;
+        self.require(TASK, &["end_time"])?;
+        let mut wf = vec!["id", "state", "host", "end_time", "executor_id"];
+        let mut cmd = vec!["id", "command_type"];
+        match n.def {
+            DefCols::Id => {
+                wf.push("process_definition_id");
+                cmd.push("process_definition_id");
+            }
+            DefCols::Code { code, version } => {
+                wf.extend([code, version]);
+                cmd.extend([code, version]);
+            }
+        }
+        match n.cmd_instance_col {
+            Some(c) => cmd.push(c),
+            // ≤ 1.3: the instance id travels in the param
+            None => cmd.push("command_param"),
+        }
+        self.require(n.wf_table, &wf)?;
+        self.require(COMMAND, &cmd)
+    }
+}
+
 /// `state NOT IN (...)` list of finished task codes, as SQL literal text.
 pub(crate) fn finished_list() -> String {
     int_list(reaper_core::line::FINISHED_TASK_CODES)
@@ -99,6 +222,15 @@ pub(crate) fn finished_list() -> String {
 pub(crate) fn int_list(v: &[i32]) -> String {
     v.iter()
         .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The catalog query's table list, as SQL literal text (constants only).
+pub(crate) fn learned_tables_list() -> String {
+    LEARNED_TABLES
+        .iter()
+        .map(|t| format!("'{t}'"))
         .collect::<Vec<_>>()
         .join(",")
 }

@@ -1,52 +1,21 @@
 //! Every schema fixture on real MariaDB and PostgreSQL: detection, candidate
 //! reads (incremental and full), conditional writes and follow-ups.
 
-use chrono::{NaiveDateTime, TimeZone, Utc};
+mod common;
+
+use chrono::{TimeZone, Utc};
+use common::*;
 use ds_sim::db::{fixture_line, SimDb, SimKind, TaskSpec, WorkflowSpec};
-use reaper_core::{Action, DsLine, FollowUp, Zone};
+use reaper_core::{Action, DsLine, FollowUp};
 use reaper_sql::*;
 use std::time::Duration;
-
-async fn setup(kind: SimKind, fixture: &str) -> Option<SimDb> {
-    match SimDb::create(kind, fixture).await {
-        Ok(db) => Some(db),
-        Err(e) => {
-            if std::env::var("CI").as_deref() == Ok("true") {
-                panic!("database {kind:?} unavailable in CI: {e:#}");
-            }
-            eprintln!("SKIP: database {kind:?} unavailable: {e:#}");
-            None
-        }
-    }
-}
-
-fn ids(c: &[reaper_core::Candidate]) -> Vec<i64> {
-    let mut v: Vec<i64> = c.iter().map(|c| c.id).collect();
-    v.sort();
-    v
-}
-
-fn now() -> reaper_core::Instant {
-    Utc.with_ymd_and_hms(2025, 3, 4, 5, 6, 7).unwrap()
-}
-
-fn naive_now() -> NaiveDateTime {
-    now().naive_utc()
-}
 
 async fn run(kind: SimKind, fixture: &str) {
     let Some(sim) = setup(kind, fixture).await else {
         return;
     };
     let line = fixture_line(fixture);
-    let db = Db::connect_lazy(&DbSettings {
-        url: sim.url().to_string(),
-        password: None,
-        max_connections: 2,
-        statement_timeout: Duration::from_secs(30),
-        zone: "UTC".parse::<Zone>().unwrap(),
-    })
-    .unwrap();
+    let db = connect(&sim, Duration::from_secs(30));
     db.ping().await.unwrap();
 
     // detection
@@ -243,58 +212,6 @@ async fn run(kind: SimKind, fixture: &str) {
     sim.drop().await.unwrap();
 }
 
-async fn one_task_workflow(
-    sim: &SimDb,
-    db: &Db,
-    line: DsLine,
-    extra_live: bool,
-) -> (i64, reaper_core::Candidate) {
-    let wf = sim.insert_workflow(&WorkflowSpec::default()).await.unwrap();
-    let t = sim
-        .insert_task(&TaskSpec::new(wf, 1, Some("10.0.0.5:1234")))
-        .await
-        .unwrap();
-    if extra_live {
-        sim.insert_task(&TaskSpec::new(wf, 1, Some("10.0.0.6:1234")))
-            .await
-            .unwrap();
-    }
-    let row = db.task(line, t).await.unwrap().unwrap().row;
-    (wf, row)
-}
-
-async fn write_then_follow(
-    db: &Db,
-    line: DsLine,
-    task: &reaper_core::Candidate,
-    action: Action,
-    follow_up: FollowUp,
-) -> FollowUpOutcome {
-    let out = db
-        .write_tasks(
-            line,
-            &[TaskWrite {
-                seen: task.clone(),
-                action,
-                now: now(),
-            }],
-        )
-        .await
-        .unwrap();
-    assert_eq!(out, vec![WriteOutcome::Applied]);
-    db.follow_up(
-        line,
-        &FollowUpRequest {
-            task: task.clone(),
-            action,
-            follow_up,
-            now: now(),
-        },
-    )
-    .await
-    .unwrap()
-}
-
 fn col<'a>(c: &'a ds_sim::db::CommandView, k: &str) -> Option<&'a str> {
     c.get(k).and_then(|v| v.as_deref())
 }
@@ -377,6 +294,7 @@ async fn follow_ups(sim: &SimDb, db: &Db, line: DsLine, fixture: &str) {
             .starts_with(&now_s));
         assert_eq!(col(c, "command_param"), None);
         assert!(col(c, "start_time").unwrap().starts_with(&now_s));
+        check_test_flag(sim, c, fixture);
     } else {
         assert_eq!(workflow_state, Some(6));
         assert_eq!(
@@ -460,6 +378,7 @@ async fn follow_ups(sim: &SimDb, db: &Db, line: DsLine, fixture: &str) {
         );
         assert_eq!(col(c, "executor_id"), Some("0"));
         assert_eq!(col(c, "start_time"), None);
+        check_test_flag(sim, c, fixture);
     } else {
         let host = sim.workflow_col(wf, "host").await.unwrap();
         let want = if line == DsLine::V1_2 { "null" } else { "NULL" };
@@ -489,6 +408,16 @@ async fn follow_ups(sim: &SimDb, db: &Db, line: DsLine, fixture: &str) {
     }
     let st = sim.task_state(t.id).await.unwrap();
     assert_eq!((st.state, st.flag), (8, 1));
+}
+
+/// 3.3.0 (the dev fixture) writes `test_flag = 0`; 3.3.1+ has no such column.
+fn check_test_flag(sim: &SimDb, c: &ds_sim::db::CommandView, fixture: &str) {
+    if fixture == "dev" {
+        assert_eq!(col(c, "test_flag"), Some("0"), "{fixture}");
+    } else {
+        assert!(!sim.has_column("t_ds_command", "test_flag"), "{fixture}");
+        assert!(!c.contains_key("test_flag"), "{fixture}");
+    }
 }
 
 fn check_instance_and_def(c: &ds_sim::db::CommandView, line: DsLine, wf: i64) {
@@ -527,10 +456,14 @@ fixture_tests! {
     mysql_3_1_9: SimKind::MySql, "3.1.9";
     mysql_3_2_2: SimKind::MySql, "3.2.2";
     mysql_dev: SimKind::MySql, "dev";
+    mysql_3_3_2: SimKind::MySql, "3.3.2";
+    mysql_3_4_0: SimKind::MySql, "3.4.0";
     pg_1_2_1: SimKind::Postgres, "1.2.1";
     pg_1_3_9: SimKind::Postgres, "1.3.9";
     pg_2_0_9: SimKind::Postgres, "2.0.9";
     pg_3_1_9: SimKind::Postgres, "3.1.9";
     pg_3_2_2: SimKind::Postgres, "3.2.2";
     pg_dev: SimKind::Postgres, "dev";
+    pg_3_3_2: SimKind::Postgres, "3.3.2";
+    pg_3_4_0: SimKind::Postgres, "3.4.0";
 }
