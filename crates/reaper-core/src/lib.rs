@@ -16,6 +16,7 @@
 //! - [`policy`]: actions, workflow follow-ups, rules.
 //! - [`brake`], [`rate`]: the brake and the token bucket.
 //! - [`plan`]: the planner itself.
+//! - [`registry`]: what every registry adapter shares: heartbeats, layout, the membership machine.
 
 pub mod brake;
 pub mod candidate;
@@ -25,6 +26,7 @@ pub mod plan;
 pub mod policy;
 pub mod rate;
 pub mod reason;
+pub mod registry;
 pub mod view;
 pub mod zone;
 

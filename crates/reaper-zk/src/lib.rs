@@ -6,7 +6,7 @@
 //! [`LeaderElection`] elects one acting replica among ds-reaper instances.
 //! [`heartbeat`] parses every DS heartbeat format.
 
-pub mod heartbeat;
+pub use reaper_core::registry::heartbeat;
 mod leader;
 mod registry;
 

@@ -5,9 +5,11 @@
 //! or 14 (2.0.6–2.0.9) fields, or JSON (3.1 with an int `serverStatus`, 3.2+
 //! with its name). Parsing is lenient: unknown JSON fields are ignored and an
 //! unreadable time is `None`; only data with no recognisable shape is an error.
+//! The data is the same whichever registry holds it (ZooKeeper node data, an
+//! etcd value, a JDBC registry row's `data` column).
 
+use crate::{HeartbeatFormat, Instant, Zone};
 use chrono::DateTime;
-use reaper_core::{HeartbeatFormat, Instant, Zone};
 
 /// What ds-reaper needs from a heartbeat.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -207,7 +209,7 @@ fn json_address(obj: &serde_json::Map<String, serde_json::Value>) -> Option<Stri
     if port == 0 {
         return None;
     }
-    Some(reaper_core::host::normalize(&format!("{host}:{port}")).into_owned())
+    Some(crate::host::normalize(&format!("{host}:{port}")).into_owned())
 }
 
 #[cfg(test)]

@@ -1,0 +1,459 @@
+//! The membership state machine: the [`RegistryView`] kept from what a
+//! registry adapter saw, with no I/O and the daemon's clock passed in as `now`.
+//!
+//! An adapter feeds it three kinds of events:
+//! - a full listing of the server nodes ([`Membership::apply_listing`]),
+//! - nodes present, changed or gone ([`Membership::apply`]),
+//! - a gap in its sight of the registry ([`Membership::invalidate`]),
+//!
+//! and publishes [`Membership::view`] whenever [`Changes::publish`] says so.
+//! The rules it keeps (SPEC §2, §3, §4.1):
+//! - the view is valid from the listing that ends a gap, never before;
+//! - a node's `seen_at` is per session: kept across a listing on the same
+//!   session, the listing's time after a new one, the arrival time otherwise;
+//! - a loss is stamped when the daemon learns of it: at the event's arrival,
+//!   or, for a host that went while the daemon could not see, at the listing
+//!   that ends the gap; and every absence clock restarts at that listing;
+//! - on grouped layouts a worker is one host over all its groups, and the
+//!   freshest heartbeat of its nodes is the one that counts;
+//! - data that cannot be read (1.3's empty node before its first heartbeat,
+//!   garbage) leaves the node present with unknown times, keeps the address
+//!   it had, and is reported once per host.
+
+use super::heartbeat::{self, Heartbeat, HeartbeatError};
+use super::layout::{classify, Detected, LayoutEvidence, LayoutMode, NodeClass, NodeKey};
+use crate::{HeartbeatFormat, Instant, NodeInfo, NodeKind, RegistryView, ViewState, Zone};
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+/// Losses are kept at least this long so the planner can apply its grace period.
+pub const LOST_KEEP: chrono::TimeDelta = chrono::TimeDelta::hours(1);
+
+/// One server node of a full listing, its path relative to the root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedNode {
+    pub path: String,
+    pub data: Vec<u8>,
+    /// Ephemeral (ZooKeeper), bound to a lease (etcd), EPHEMERAL (JDBC).
+    pub ephemeral: bool,
+}
+
+/// Everything under the server directories at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Listing {
+    pub nodes: Vec<ListedNode>,
+    /// 1.2's `/workers` or `/masters` directory exists (perhaps empty).
+    pub legacy_dir: bool,
+}
+
+/// A change to one node, paths relative to the root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeEvent {
+    /// A node as read after its creation (or a change to a node not known
+    /// yet): classified, then added, or its data re-read if already known.
+    Present {
+        path: String,
+        data: Vec<u8>,
+        ephemeral: bool,
+    },
+    /// New data of a node already known; ignored for an unknown path.
+    DataChanged { path: String, data: Vec<u8> },
+    /// The node is gone.
+    Deleted { path: String },
+}
+
+/// Why the daemon stopped seeing the registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gap {
+    /// The connection dropped or a step on it failed; the session lives on,
+    /// so nodes still there at the next listing keep their `seen_at`.
+    Connection,
+    /// The session ended, or a new one is being built: every node is seen
+    /// anew at the next listing.
+    Session,
+}
+
+/// Something an operator wants in the log; the adapter writes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Note {
+    Invalid {
+        reason: String,
+    },
+    Listed {
+        workers: usize,
+        masters: usize,
+        /// The listing ended a gap (and made the view valid).
+        after_gap: bool,
+    },
+    Present {
+        kind: NodeKind,
+        host: String,
+    },
+    Gone {
+        kind: NodeKind,
+        host: String,
+    },
+    /// Once per host: its data could not be read.
+    Unreadable {
+        host: String,
+        error: HeartbeatError,
+    },
+}
+
+/// What an event did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// The view (or the detection) changed: publish it.
+    pub publish: bool,
+    /// Paths whose data was read into a node, for adapters that coalesce reads.
+    pub read: Vec<String>,
+    pub notes: Vec<Note>,
+}
+
+struct Leaf {
+    key: NodeKey,
+    hb: Option<Heartbeat>,
+    format: Option<HeartbeatFormat>,
+    /// 14 CSV fields: 2.0.6–2.0.9.
+    csv14: bool,
+    seen_at: Instant,
+}
+
+/// See the module documentation.
+pub struct Membership {
+    mode: LayoutMode,
+    zone: Zone,
+    view: RegistryView,
+    /// Server nodes by path relative to the root.
+    leaves: HashMap<String, Leaf>,
+    /// Node paths per host (a grouped worker has one per group).
+    by_host: HashMap<(NodeKind, String), BTreeSet<String>>,
+    legacy_dir_seen: bool,
+    /// Hosts whose unreadable data was already reported.
+    warned: HashSet<String>,
+    /// The sight of the registry was interrupted since the last listing.
+    gap: bool,
+    /// The next listing is the first of a session.
+    new_session: bool,
+}
+
+impl Membership {
+    /// An invalid view (`reason`, since `now`) waiting for its first listing.
+    pub fn new(mode: LayoutMode, zone: Zone, now: Instant, reason: impl Into<String>) -> Self {
+        Membership {
+            mode,
+            zone,
+            view: RegistryView::invalid(now, reason),
+            leaves: HashMap::new(),
+            by_host: HashMap::new(),
+            legacy_dir_seen: false,
+            warned: HashSet::new(),
+            gap: true,
+            new_session: true,
+        }
+    }
+
+    pub fn mode(&self) -> LayoutMode {
+        self.mode
+    }
+
+    pub fn view(&self) -> &RegistryView {
+        &self.view
+    }
+
+    /// Whether a server node is known at `path`.
+    pub fn contains(&self, path: &str) -> bool {
+        self.leaves.contains_key(path)
+    }
+
+    /// What the nodes in sight say about the layout and format.
+    pub fn detected(&self) -> Detected {
+        let mut e = LayoutEvidence::default();
+        e.legacy_dir(self.legacy_dir_seen);
+        for l in self.leaves.values() {
+            e.node(l.key.layout, l.format, l.csv14);
+        }
+        e.detected()
+    }
+
+    /// The daemon lost sight of the registry: the view is invalid until the
+    /// next listing. Invalid since the first of consecutive invalidations;
+    /// the same reason twice changes nothing.
+    pub fn invalidate(&mut self, gap: Gap, reason: impl Into<String>, now: Instant) -> Changes {
+        let reason = reason.into();
+        self.gap = true;
+        if gap == Gap::Session {
+            self.new_session = true;
+        }
+        let since = match &self.view.state {
+            ViewState::Invalid { reason: r, .. } if *r == reason => return Changes::default(),
+            ViewState::Invalid { since, .. } => *since,
+            ViewState::Valid { .. } => now,
+        };
+        self.view.state = ViewState::Invalid {
+            since,
+            reason: reason.clone(),
+        };
+        Changes {
+            publish: true,
+            read: Vec::new(),
+            notes: vec![Note::Invalid { reason }],
+        }
+    }
+
+    /// Rebuilds every node from a full listing taken at `now`. A listing
+    /// after a gap ends it: hosts gone meanwhile are lost as of `now`, every
+    /// absence clock restarts at `now` (a host lost before the gap may have
+    /// come back and gone again unseen), and the view is valid from `now`.
+    /// A listing with no gap before it (a registry that is polled) only
+    /// stamps the losses it finds.
+    pub fn apply_listing(&mut self, listing: Listing, now: Instant) -> Changes {
+        let after_gap = std::mem::take(&mut self.gap);
+        let new_session = std::mem::take(&mut self.new_session);
+        let mut changes = Changes::default();
+        let old_seen: HashMap<(NodeKind, String), Instant> = self
+            .view
+            .workers
+            .values()
+            .map(|n| ((NodeKind::Worker, n.host.clone()), n.seen_at))
+            .chain(
+                self.view
+                    .masters
+                    .values()
+                    .map(|n| ((NodeKind::Master, n.host.clone()), n.seen_at)),
+            )
+            .collect();
+        self.leaves.clear();
+        self.by_host.clear();
+        self.legacy_dir_seen = listing.legacy_dir;
+        for node in listing.nodes {
+            let NodeClass::Server(key) = classify(self.mode, &node.path, Some(node.ephemeral))
+            else {
+                continue;
+            };
+            let seen = if new_session {
+                now
+            } else {
+                old_seen
+                    .get(&(key.kind, key.host.clone()))
+                    .copied()
+                    .unwrap_or(now)
+            };
+            let leaf = self.make_leaf(key, &node.data, seen, &mut changes);
+            self.by_host
+                .entry((leaf.key.kind, leaf.key.host.clone()))
+                .or_default()
+                .insert(node.path.clone());
+            changes.read.push(node.path.clone());
+            self.leaves.insert(node.path, leaf);
+        }
+        // Hosts that went while the view was not watching are lost as of now.
+        for (kind, host) in old_seen.keys() {
+            if !self.by_host.contains_key(&(*kind, host.clone())) {
+                self.view.remove(*kind, host, now);
+            }
+        }
+        if after_gap {
+            // SPEC §4.1: after any gap — a reconnect of the same session as
+            // much as an expiry or a new session — a loss seen before it
+            // never shortens a grace period after it.
+            self.view.restart_absence_clocks(now);
+        }
+        let hosts: Vec<(NodeKind, String)> = self.by_host.keys().cloned().collect();
+        for (kind, host) in hosts {
+            self.refresh_host(kind, &host, now, &mut changes);
+        }
+        if after_gap || !self.view.is_valid() {
+            self.view.state = ViewState::Valid { since: now };
+        }
+        changes.notes.push(Note::Listed {
+            workers: self.view.workers.len(),
+            masters: self.view.masters.len(),
+            after_gap,
+        });
+        changes.publish = true;
+        changes
+    }
+
+    /// Applies node events that arrived together at `now`; each host they
+    /// touch is re-derived once, after all of them.
+    pub fn apply(&mut self, events: impl IntoIterator<Item = NodeEvent>, now: Instant) -> Changes {
+        let mut changes = Changes::default();
+        let mut touched: Vec<(NodeKind, String)> = Vec::new();
+        for ev in events {
+            match ev {
+                NodeEvent::Deleted { path } => touched.extend(self.drop_leaf(&path)),
+                NodeEvent::Present {
+                    path,
+                    data,
+                    ephemeral,
+                } => {
+                    let NodeClass::Server(key) = classify(self.mode, &path, Some(ephemeral)) else {
+                        continue;
+                    };
+                    let hk = (key.kind, key.host.clone());
+                    let leaf = match self.leaves.remove(&path) {
+                        Some(mut leaf) if leaf.key == key => {
+                            self.read_into(&mut leaf, &data, &mut changes);
+                            leaf
+                        }
+                        other => {
+                            // A path's key follows from the path, so a known
+                            // path never changes hands; were it to, the old
+                            // host must not keep it.
+                            if let Some(old) = other {
+                                let ok = (old.key.kind, old.key.host);
+                                if let Some(set) = self.by_host.get_mut(&ok) {
+                                    set.remove(&path);
+                                }
+                                touched.push(ok);
+                            }
+                            self.make_leaf(key, &data, now, &mut changes)
+                        }
+                    };
+                    self.leaves.insert(path.clone(), leaf);
+                    self.by_host
+                        .entry(hk.clone())
+                        .or_default()
+                        .insert(path.clone());
+                    changes.read.push(path);
+                    touched.push(hk);
+                }
+                NodeEvent::DataChanged { path, data } => {
+                    if let Some(mut leaf) = self.leaves.remove(&path) {
+                        self.read_into(&mut leaf, &data, &mut changes);
+                        touched.push((leaf.key.kind, leaf.key.host.clone()));
+                        self.leaves.insert(path.clone(), leaf);
+                        changes.read.push(path);
+                    }
+                }
+            }
+        }
+        if touched.is_empty() {
+            return changes;
+        }
+        touched.sort();
+        touched.dedup();
+        for (kind, host) in touched {
+            self.refresh_host(kind, &host, now, &mut changes);
+        }
+        changes.publish = true;
+        changes
+    }
+
+    /// Forgets losses older than [`LOST_KEEP`], so the view stays bounded.
+    pub fn prune_lost(&mut self, now: Instant) -> Changes {
+        let count = |v: &RegistryView| v.lost_workers.len() + v.lost_masters.len();
+        let before = count(&self.view);
+        self.view.prune_lost(now, LOST_KEEP);
+        Changes {
+            publish: count(&self.view) != before,
+            ..Changes::default()
+        }
+    }
+
+    fn drop_leaf(&mut self, path: &str) -> Option<(NodeKind, String)> {
+        let leaf = self.leaves.remove(path)?;
+        let key = (leaf.key.kind, leaf.key.host);
+        if let Some(set) = self.by_host.get_mut(&key) {
+            set.remove(path);
+        }
+        Some(key)
+    }
+
+    fn make_leaf(
+        &mut self,
+        key: NodeKey,
+        data: &[u8],
+        seen_at: Instant,
+        changes: &mut Changes,
+    ) -> Leaf {
+        let mut leaf = Leaf {
+            key,
+            hb: None,
+            format: None,
+            csv14: false,
+            seen_at,
+        };
+        self.read_into(&mut leaf, data, changes);
+        leaf
+    }
+
+    fn read_into(&mut self, leaf: &mut Leaf, data: &[u8], changes: &mut Changes) {
+        match heartbeat::parse(data, self.zone) {
+            Ok((hb, f)) => {
+                leaf.csv14 = f == HeartbeatFormat::CsvEpoch
+                    && data.iter().filter(|b| **b == b',').count() == 13;
+                leaf.hb = Some(hb);
+                leaf.format = Some(f);
+            }
+            Err(error) => {
+                leaf.hb = None;
+                leaf.format = None;
+                leaf.csv14 = false;
+                if self.warned.insert(leaf.key.host.clone()) {
+                    changes.notes.push(Note::Unreadable {
+                        host: leaf.key.host.clone(),
+                        error,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Re-derives one host's entry in the view from its nodes.
+    fn refresh_host(&mut self, kind: NodeKind, host: &str, now: Instant, changes: &mut Changes) {
+        let key = (kind, host.to_string());
+        let paths = match self.by_host.get(&key) {
+            Some(p) if !p.is_empty() => p,
+            _ => {
+                self.by_host.remove(&key);
+                if self.view.remove(kind, host, now) {
+                    changes.notes.push(Note::Gone {
+                        kind,
+                        host: host.to_string(),
+                    });
+                }
+                return;
+            }
+        };
+        let leaves: Vec<&Leaf> = paths.iter().filter_map(|p| self.leaves.get(p)).collect();
+        // The freshest heartbeat wins when a worker is registered in several groups.
+        let best = leaves
+            .iter()
+            .filter_map(|l| l.hb.as_ref())
+            .max_by_key(|hb| (hb.report_time, hb.startup_time));
+        let mut groups: Vec<String> = leaves.iter().filter_map(|l| l.key.group.clone()).collect();
+        groups.sort();
+        groups.dedup();
+        let seen_at = leaves.iter().map(|l| l.seen_at).min().unwrap_or(now);
+        let existing = match kind {
+            NodeKind::Worker => self.view.workers.get(host),
+            NodeKind::Master => self.view.masters.get(host),
+        };
+        // 3.3+ task rows name the heartbeat's host:port, not the node. Data
+        // that cannot be read (yet) says nothing about it: the live node keeps
+        // the address it had, or its tasks would stop matching it.
+        let address = match best {
+            Some(hb) => hb.address.clone(),
+            None => existing.and_then(|n| n.address.clone()),
+        };
+        let existed = existing.is_some();
+        let mut info = NodeInfo::new(host, seen_at).with_address(address.as_deref());
+        if let Some(hb) = best {
+            info.startup_time = hb.startup_time;
+            info.report_time = hb.report_time;
+            info.status = hb.status.clone();
+        }
+        info.groups = groups;
+        if !existed {
+            changes.notes.push(Note::Present {
+                kind,
+                host: host.to_string(),
+            });
+        }
+        self.view.upsert(kind, info);
+    }
+}
+
+#[cfg(test)]
+mod tests;
