@@ -127,3 +127,74 @@ async fn two_replicas_one_leader_each_zombie_written_once() -> anyhow::Result<()
     assert_eq!(standby.terminate().await?, Some(0));
     cleanup(db, &root).await
 }
+
+/// SPEC §8 (issue 10 item 9): a standby replica never writes, not even when
+/// the API asks it to reap: 409 naming the leader, the row untouched, no intent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_reap_on_a_standby_is_refused_and_names_the_leader() -> anyhow::Result<()> {
+    if !services_up().await {
+        return Ok(());
+    }
+    let db = sim_db(SimKind::Postgres, "3.2.2").await?;
+    let line = db.line;
+    let root = unique_root();
+    let _m = server(&root, line, NodeKind::Master, "10.0.0.1:5678", &[]).await?;
+    let _w1 = server(&root, line, NodeKind::Worker, "10.0.0.11:1234", &[]).await?;
+    let _w2 = server(&root, line, NodeKind::Worker, "10.0.0.12:1234", &[]).await?;
+    let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
+    // A zombie on a host that never registered: any replica would judge it.
+    let zombie = db
+        .insert_task(&TaskSpec::new(wf, 1, Some("10.0.0.99:1234")))
+        .await?;
+
+    let tdir = tempfile::tempdir()?;
+    let token = "tok-standby-81c2";
+    let tfile = tdir.path().join("token");
+    std::fs::write(&tfile, format!("{token}\n"))?;
+    let tpath = tfile.display().to_string();
+    let env = [("DS_REAPER__HTTP__TOKEN_FILE", tpath.as_str())];
+    let a = Daemon::start_with_env(db.url(), &root, "", &env).await?;
+    let b = Daemon::start_with_env(db.url(), &root, "", &env).await?;
+    a.wait_ready().await?;
+    b.wait_ready().await?;
+    wait_until("exactly one leader", || async {
+        Ok(a.metric0(LEADER).await? + b.metric0(LEADER).await? == 1.0)
+    })
+    .await?;
+    let (leader, standby) = if a.metric0(LEADER).await? == 1.0 {
+        (&a, &b)
+    } else {
+        (&b, &a)
+    };
+    let leader_pid = leader.child.id().expect("leader runs");
+    standby
+        .wait_metric("ds_reaper_zombies{reason=\"worker_lost\"}", |v| v == 1.0)
+        .await?;
+
+    let path = format!("/api/v1/tasks/{zombie}/reap");
+    let (code, body) = standby
+        .post(&path, Some(token), r#"{"action":"fail","force":true}"#)
+        .await?;
+    assert_eq!(code, 409, "{body}");
+    let doc: serde_json::Value = serde_json::from_str(&body)?;
+    assert_eq!(doc["error"], "not the leader", "{doc:#}");
+    let named = doc["leader"].as_str().unwrap_or_default();
+    assert!(
+        named.ends_with(&format!(":{leader_pid}")),
+        "the leader's id names its process {leader_pid}: {doc:#}"
+    );
+    assert_eq!(db.task_state(zombie).await?.state, 1, "the standby wrote");
+    assert!(standby.audit_events("intent", None).is_empty());
+
+    // The leader does what the standby refused (its policy only reports).
+    let (code, body) = leader
+        .post(&path, Some(token), r#"{"action":"fail"}"#)
+        .await?;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(db.task_state(zombie).await?.state, 6);
+
+    let (mut a, mut b) = (a, b);
+    assert_eq!(a.terminate().await?, Some(0));
+    assert_eq!(b.terminate().await?, Some(0));
+    cleanup(db, &root).await
+}

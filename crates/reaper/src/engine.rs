@@ -76,6 +76,9 @@ pub enum ReapError {
     LostRace(String),
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// A standby replica never writes; the leader's id when known.
+    #[error("not the leader")]
+    NotLeader(Option<String>),
 }
 
 #[derive(Debug, Clone, Default)]
@@ -220,6 +223,32 @@ impl Engine {
         self.leader.as_ref().is_none_or(|l| l.is_leader())
     }
 
+    /// The current leader's id, when election is on and it is known.
+    pub fn leader_id(&self) -> Option<String> {
+        self.leader.as_ref().and_then(|l| l.leader_id())
+    }
+
+    fn ensure_leader(&self) -> Result<(), ReapError> {
+        if self.is_leader() {
+            Ok(())
+        } else {
+            Err(ReapError::NotLeader(self.leader_id()))
+        }
+    }
+
+    /// Whether a write decided on `gate` may still go ahead, or why not.
+    fn gate_open(&self, gate: &Gate) -> Result<(), String> {
+        match self.registry.view().valid_since() {
+            Some(since) if since == gate.valid_since => {}
+            Some(_) => return Err("the registry view was rebuilt since the judgement".into()),
+            None => return Err("the registry view is no longer valid".into()),
+        }
+        if gate.leader_only && !self.is_leader() {
+            return Err("no longer the leader".into());
+        }
+        Ok(())
+    }
+
     fn status_write(&self) -> std::sync::RwLockWriteGuard<'_, Status> {
         self.status.write().unwrap_or_else(|p| p.into_inner())
     }
@@ -291,6 +320,9 @@ impl Engine {
         Metrics::sync_counter(&m.zk_errors_total, st.errors);
         m.brake_engaged
             .set(self.status_read().brake.engaged() as i64);
+        for (table, n) in self.db.rows_skipped() {
+            Metrics::sync_counter(&m.rows_skipped_total.with_label_values(&[&table]), n);
+        }
     }
 
     fn db_failed(&self, e: &reaper_sql::SqlError) {
@@ -356,11 +388,10 @@ impl Engine {
         let mut st = self.state.lock().await;
         tracing::debug!(?trigger, "sweep starts");
         let started = std::time::Instant::now();
-        let view = self.registry.view();
-        self.refresh_gauges(&view);
-        let now = Utc::now();
+        let before = self.registry.view();
+        self.refresh_gauges(&before);
         let mut summary = SweepSummary {
-            at: now,
+            at: Utc::now(),
             result: "skipped".into(),
             detail: None,
             kind: "incremental",
@@ -368,11 +399,12 @@ impl Engine {
             zombies: 0,
             actions: 0,
         };
-        if let reaper_core::ViewState::Invalid { reason, .. } = &view.state {
+        if let reaper_core::ViewState::Invalid { reason, .. } = &before.state {
             summary.detail = Some(format!("registry view invalid: {reason}"));
             self.finish(summary.clone(), started);
             return summary;
         }
+        drop(before);
         let (line, line_hold) = match self.line(&mut st).await {
             Ok(x) => x,
             Err(e) => {
@@ -410,6 +442,20 @@ impl Engine {
             }
         };
 
+        // SPEC §4.1: judge against a view taken after the read. A worker that
+        // registered during a long scan and got a task is then known, and a
+        // host the view never saw counts from the task's own time anyway.
+        let view = self.registry.view();
+        self.refresh_gauges(&view);
+        let now = Utc::now();
+        summary.at = now;
+        let Some(valid_since) = view.valid_since() else {
+            if let reaper_core::ViewState::Invalid { reason, .. } = &view.state {
+                summary.detail = Some(format!("registry view invalid: {reason}"));
+            }
+            self.finish(summary.clone(), started);
+            return summary;
+        };
         let hold = if !self.is_leader() {
             Some("not the leader".to_string())
         } else {
@@ -453,7 +499,11 @@ impl Engine {
             .iter()
             .filter(|z| z.disposition == Disposition::Act)
             .collect();
-        let applied = self.execute(&actions, line, "daemon").await;
+        let gate = Gate {
+            valid_since,
+            leader_only: true,
+        };
+        let applied = self.execute(&actions, line, "daemon", gate).await;
 
         summary.result = "ok".into();
         summary.candidates = candidates.len();
@@ -556,8 +606,12 @@ impl Engine {
 
     /// Writes the given zombies (intent → write → outcome), then their follow-ups.
     /// Returns how many task writes were applied.
-    async fn execute(&self, zombies: &[&Zombie], line: DsLine, actor: &str) -> usize {
+    async fn execute(&self, zombies: &[&Zombie], line: DsLine, actor: &str, gate: Gate) -> usize {
         if zombies.is_empty() {
+            return 0;
+        }
+        if let Err(why) = self.gate_open(&gate) {
+            tracing::warn!(%why, planned = zombies.len(), "nothing written in this sweep");
             return 0;
         }
         let now = Utc::now();
@@ -637,7 +691,7 @@ impl Engine {
                                 .inc();
                             tracing::debug!(task_id = z.task.id, action = %z.action, reason = %z.reason, "zombie reaped");
                             r.event = "done".into();
-                            r.detail = self.after_write(z, line, now).await;
+                            r.detail = self.after_write(z, line, now, &gate).await;
                         }
                     }
                     records.push(r);
@@ -658,10 +712,25 @@ impl Engine {
     }
 
     /// Follow-ups after an applied write: the workflow, and 1.2's task queue.
-    async fn after_write(&self, z: &Zombie, line: DsLine, now: Instant) -> Option<String> {
+    async fn after_write(
+        &self,
+        z: &Zombie,
+        line: DsLine,
+        now: Instant,
+        gate: &Gate,
+    ) -> Option<String> {
         let mut notes = Vec::new();
         if let Some(n) = &z.note {
             notes.push(n.clone());
+        }
+        let follows =
+            (line == DsLine::V1_2 && z.action == Action::Fail) || z.workflow != FollowUp::None;
+        if follows {
+            // SPEC §4.1: checked again right before each follow-up.
+            if let Err(why) = self.gate_open(gate) {
+                notes.push(format!("follow-ups not done: {why}"));
+                return Some(notes.join("; "));
+            }
         }
         if line == DsLine::V1_2 && z.action == Action::Fail {
             match self.registry.delete_task_queue_entries(z.task.id).await {
@@ -679,7 +748,14 @@ impl Engine {
                 follow_up: z.workflow,
                 now,
             };
-            match self.db.follow_up(line, &req).await {
+            // Whether a live master holds the workflow is decided again under
+            // the row lock, from the view current at that moment (SPEC §4.9).
+            // An invalid view cannot vouch for any master's absence.
+            let live_master = |h: &str| {
+                let v = self.registry.view();
+                !v.is_valid() || v.live(NodeKind::Master, h).is_some()
+            };
+            match self.db.follow_up(line, &req, &live_master).await {
                 Ok(FollowUpOutcome::Done {
                     workflow_state,
                     command_type,
@@ -713,8 +789,7 @@ impl Engine {
     /// loss was not seen counts as lost for an unknown time.
     pub async fn check(&self) -> Result<(DsLine, Plan), String> {
         let mut st = self.state.lock().await;
-        let view = self.registry.view();
-        if !view.is_valid() {
+        if !self.registry.view().is_valid() {
             return Err("the registry view is not valid".into());
         }
         let (line, line_hold) = self.line(&mut st).await?;
@@ -725,6 +800,10 @@ impl Engine {
             .full_scan(line, &states, &mut cursor)
             .await
             .map_err(|e| format!("reading candidates: {e}"))?;
+        let view = self.registry.view();
+        if !view.is_valid() {
+            return Err("the registry view is not valid".into());
+        }
         let mut policy = self.settings.policy(line);
         policy.unseen_absence = UnseenAbsence::Unknown;
         policy.startup_settle = std::time::Duration::ZERO;
@@ -744,9 +823,10 @@ impl Engine {
     /// Judges one task for `reap` without writing: refuses unless it is a
     /// zombie as `check` judges it (or `force`), and never a finished row.
     pub async fn prepare_reap(&self, req: &ReapRequest) -> Result<PreparedReap, ReapError> {
+        // A standby never writes (SPEC §8), whatever is asked of it.
+        self.ensure_leader()?;
         let mut st = self.state.lock().await;
-        let view = self.registry.view();
-        if let reaper_core::ViewState::Invalid { reason, .. } = &view.state {
+        if let reaper_core::ViewState::Invalid { reason, .. } = &self.registry.view().state {
             return Err(ReapError::Refused(format!(
                 "the registry view is not valid ({reason})"
             )));
@@ -763,6 +843,13 @@ impl Engine {
                 self.db_failed(&e);
                 return Err(ReapError::Unavailable(e.to_string()));
             }
+        };
+        // Judged against a view taken after the row was read (SPEC §4.1).
+        let view = self.registry.view();
+        let Some(valid_since) = view.valid_since() else {
+            return Err(ReapError::Refused(
+                "the registry view is not valid".to_string(),
+            ));
         };
         // Safety rule 8 holds even with --force.
         if row.flag != 1 || DsLine::is_finished_task_state(row.row.state) {
@@ -823,6 +910,7 @@ impl Engine {
             forced,
             line,
             actor: req.actor.clone(),
+            valid_since,
         })
     }
 
@@ -833,7 +921,15 @@ impl Engine {
             forced,
             line,
             actor,
+            valid_since,
         } = p;
+        let gate = Gate {
+            valid_since,
+            leader_only: true,
+        };
+        // The confirmation may have taken a while: check again before writing.
+        self.ensure_leader()?;
+        self.gate_open(&gate).map_err(ReapError::Refused)?;
         let action = zombie.action;
         let now = Utc::now();
         let mut intent = self.base_record("intent", &actor, &zombie, line, now);
@@ -864,7 +960,7 @@ impl Engine {
                     .with_label_values(&[action.as_str(), "ok"])
                     .inc();
                 rec.event = "done".into();
-                rec.detail = self.after_write(&zombie, line, now).await;
+                rec.detail = self.after_write(&zombie, line, now, &gate).await;
                 Ok(rec.clone())
             }
             Ok(_) => {
@@ -905,6 +1001,17 @@ pub struct PreparedReap {
     pub forced: bool,
     pub line: DsLine,
     pub actor: String,
+    /// The view's validity epoch the judgement was made on.
+    pub valid_since: Instant,
+}
+
+/// What a write decision was made on (SPEC §4.1): the registry view's
+/// validity epoch, and leadership. Checked again right before each write
+/// batch and each follow-up; once closed, nothing more is written.
+#[derive(Debug, Clone, Copy)]
+pub struct Gate {
+    pub valid_since: Instant,
+    pub leader_only: bool,
 }
 
 /// A `--force`d task that is no zombie; its audit records say reason `forced`.
@@ -923,10 +1030,22 @@ fn forced_zombie(
     let owner_master_alive = owner_master
         .as_deref()
         .is_some_and(|h| view.live(NodeKind::Master, h).is_some());
-    let workflow = if workflow == FollowUp::Recover && line >= DsLine::V2_0 && owner_master_alive {
-        FollowUp::None
+    let (workflow, note) = if workflow == FollowUp::Recover && owner_master_alive {
+        (
+            FollowUp::None,
+            format!(
+                "forced: not a zombie as check judges it; {}",
+                reaper_core::plan::recover_skipped_note(
+                    line,
+                    owner_master.as_deref().unwrap_or_default()
+                )
+            ),
+        )
     } else {
-        workflow
+        (
+            workflow,
+            "forced: not a zombie as check judges it".to_string(),
+        )
     };
     Zombie {
         state_name: line.state_name(task.state).unwrap_or("UNKNOWN").to_string(),
@@ -938,7 +1057,7 @@ fn forced_zombie(
         owner_master_alive,
         action,
         workflow,
-        note: Some("forced: not a zombie as check judges it".to_string()),
+        note: Some(note),
         disposition: Disposition::Act,
     }
 }
@@ -962,6 +1081,7 @@ pub fn workers_json(view: &RegistryView) -> Value {
     let node = |n: &reaper_core::NodeInfo| {
         json!({
             "host": n.host,
+            "address": n.address.as_deref().unwrap_or(&n.host),
             "startup_time": n.startup_time,
             "report_time": n.report_time,
             "status": n.status,

@@ -250,6 +250,11 @@ async fn reap(
         Err(err @ ReapError::Unavailable(_)) => {
             error(StatusCode::SERVICE_UNAVAILABLE, err.to_string())
         }
+        Err(ReapError::NotLeader(leader)) => (
+            StatusCode::CONFLICT,
+            Json(serde_json::json!({"error": "not the leader", "leader": leader})),
+        )
+            .into_response(),
     }
 }
 

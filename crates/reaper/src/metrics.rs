@@ -27,6 +27,7 @@ pub struct Metrics {
     pub db_errors_total: IntCounter,
     pub zk_errors_total: IntCounter,
     pub build_info: IntGaugeVec,
+    pub rows_skipped_total: IntCounterVec,
 }
 
 fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, m: T) -> T {
@@ -136,6 +137,14 @@ impl Metrics {
                 )
                 .expect("static metric definition"),
             ),
+            rows_skipped_total: reg(
+                &r,
+                IntCounterVec::new(
+                    Opts::new("rows_skipped_total", "Rows that could not be decoded"),
+                    &["table"],
+                )
+                .expect("static metric definition"),
+            ),
             registry: r,
         };
         // Pre-create the label sets so dashboards and alerts see zeros, not gaps.
@@ -152,6 +161,8 @@ impl Metrics {
                 m.actions_total.with_label_values(&[action, result]);
             }
         }
+        m.rows_skipped_total
+            .with_label_values(&["t_ds_task_instance"]);
         m.set_build_info("unknown");
         m
     }
@@ -214,6 +225,7 @@ mod tests {
             "ds_reaper_db_errors_total 0",
             "ds_reaper_zk_errors_total 0",
             "ds_reaper_build_info{ds_line=\"unknown\",version=",
+            "ds_reaper_rows_skipped_total{table=\"t_ds_task_instance\"} 0",
         ] {
             assert!(text.contains(name), "{name} missing:\n{text}");
         }
