@@ -1,6 +1,7 @@
 //! Coverage across DS lines and databases (SPEC §2, §5): the 1.3 grouped
-//! layout with its CSV heartbeat on MySQL, and 3.3 on PostgreSQL with the
-//! `recover` follow-up (and its downgrade when the owning master is alive).
+//! layout with its CSV heartbeat on MySQL, and 3.3 (pre-release, released
+//! 3.3.2 and 3.4.0, on both databases) with the `recover` follow-up and its
+//! downgrade when the owning master is alive.
 
 use ds_sim::db::{SimKind, TaskSpec, WorkflowSpec};
 use reaper_core::NodeKind;
@@ -40,7 +41,13 @@ async fn v1_3_grouped_layout_mysql_fail_and_recover() -> anyhow::Result<()> {
             format!("{root}/nodes/worker/gpu/10.0.0.11:1234")
         ]
     );
-    let wf_a = db.insert_workflow(&WorkflowSpec::default()).await?;
+    // wf_a's master is gone (recover applies); wf_b's is the live one.
+    let wf_a = db
+        .insert_workflow(&WorkflowSpec {
+            host: Some("10.0.0.9:5678".into()),
+            ..WorkflowSpec::default()
+        })
+        .await?;
     let wf_b = db.insert_workflow(&WorkflowSpec::default()).await?;
     let mut spec = TaskSpec::new(wf_a, 1, Some("10.0.0.11:1234"));
     spec.worker_group = "gpu".into();
@@ -121,10 +128,26 @@ async fn v1_3_grouped_layout_mysql_fail_and_recover() -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v3_3_postgres_recover_and_its_downgrade() -> anyhow::Result<()> {
+    v3_3_recover_and_its_downgrade(SimKind::Postgres, "dev").await
+}
+
+/// The released 3.3.2 (no `test_flag`, no `is_cache`/`cache_key`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v3_3_2_mysql_recover_and_its_downgrade() -> anyhow::Result<()> {
+    v3_3_recover_and_its_downgrade(SimKind::MySql, "3.3.2").await
+}
+
+/// The released 3.4.0 (as 3.3.2, plus `t_ds_serial_command`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v3_4_0_postgres_recover_and_its_downgrade() -> anyhow::Result<()> {
+    v3_3_recover_and_its_downgrade(SimKind::Postgres, "3.4.0").await
+}
+
+async fn v3_3_recover_and_its_downgrade(kind: SimKind, fixture: &str) -> anyhow::Result<()> {
     if !services_up().await {
         return Ok(());
     }
-    let db = sim_db(SimKind::Postgres, "dev").await?;
+    let db = sim_db(kind, fixture).await?;
     let line = db.line;
     let root = unique_root();
     // Only 10.0.0.2 is a live master; 10.0.0.1 is gone.
