@@ -16,6 +16,7 @@
 //! - [`policy`]: actions, workflow follow-ups, rules.
 //! - [`brake`], [`rate`]: the brake and the token bucket.
 //! - [`plan`]: the planner itself.
+//! - [`ports`]: the traits the engine's adapters implement (store, registry, leadership, clock).
 //! - [`registry`]: what every registry adapter shares: heartbeats, layout, the membership machine.
 
 pub mod brake;
@@ -24,6 +25,7 @@ pub mod host;
 pub mod line;
 pub mod plan;
 pub mod policy;
+pub mod ports;
 pub mod rate;
 pub mod reason;
 pub mod registry;

@@ -30,6 +30,10 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 pub use follow::{CommandRow, Val};
+// The domain types at the seam live in the core, with the port they serve.
+pub use reaper_core::ports::{
+    FollowUpOutcome, FollowUpRequest, SchemaInfo, TaskRow, TaskWrite, WriteOutcome,
+};
 
 /// Rows per page of a keyset-paged read.
 pub(crate) const PAGE: i64 = 5000;
@@ -181,53 +185,6 @@ pub fn redact_url(url: &str) -> String {
         }
         None => url.to_string(),
     }
-}
-
-/// Lines consistent with the schema, plus the `t_ds_version` row (logged, never trusted).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SchemaInfo {
-    pub lines: Vec<DsLine>,
-    pub version_row: Option<String>,
-}
-
-/// One task row in any state, with its flag (for `reap`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct TaskRow {
-    pub row: Candidate,
-    pub flag: i32,
-}
-
-#[derive(Debug, Clone)]
-pub struct TaskWrite {
-    pub seen: Candidate,
-    pub action: Action,
-    pub now: Instant,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WriteOutcome {
-    Applied,
-    LostRace,
-}
-
-#[derive(Debug, Clone)]
-pub struct FollowUpRequest {
-    /// The task as seen before its write.
-    pub task: Candidate,
-    pub action: Action,
-    pub follow_up: FollowUp,
-    pub now: Instant,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FollowUpOutcome {
-    Done {
-        /// The workflow state written, if the state changed.
-        workflow_state: Option<i32>,
-        command_type: Option<i32>,
-        command_id: Option<i64>,
-    },
-    Skipped(String),
 }
 
 /// What the incremental sweep remembers between passes.

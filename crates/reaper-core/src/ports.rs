@@ -1,0 +1,188 @@
+//! The seam between the engine and its adapters: a task/workflow store (DS's
+//! database) and a registry source (ZooKeeper today; etcd and DS's JDBC
+//! registry are further implementations), plus leadership and a clock.
+//!
+//! The traits are object safe (`Arc<dyn TaskStore>`), their futures boxed and
+//! `Send`, so the engine is written once against them and its rules — intent
+//! before write, lost races, the brake, grace timing — are testable in-process
+//! with in-memory implementations. No runtime is named here: an adapter may use
+//! any, the engine uses tokio.
+
+use crate::candidate::Candidate;
+use crate::line::DsLine;
+use crate::policy::{Action, FollowUp};
+use crate::registry::Detected;
+use crate::view::RegistryView;
+use crate::Instant;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+/// A boxed `Send` future borrowing from its receiver.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Why a store or registry call failed. The engine only reports and counts
+/// these; the kinds decide exit codes and HTTP statuses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PortError {
+    /// The service cannot be reached or failed (retry later).
+    #[error("{0}")]
+    Unavailable(String),
+    /// The request cannot be served as asked (bad input, schema mismatch).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Lines consistent with the schema, plus the `t_ds_version` row (logged, never trusted).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchemaInfo {
+    pub lines: Vec<DsLine>,
+    pub version_row: Option<String>,
+}
+
+/// One task row in any state, with its flag (for `reap`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskRow {
+    pub row: Candidate,
+    pub flag: i32,
+}
+
+/// A conditional task write: applied only if the row is still as `seen`.
+#[derive(Debug, Clone)]
+pub struct TaskWrite {
+    pub seen: Candidate,
+    pub action: Action,
+    pub now: Instant,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOutcome {
+    Applied,
+    LostRace,
+}
+
+#[derive(Debug, Clone)]
+pub struct FollowUpRequest {
+    /// The task as seen before its write.
+    pub task: Candidate,
+    pub action: Action,
+    pub follow_up: FollowUp,
+    pub now: Instant,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FollowUpOutcome {
+    Done {
+        /// The workflow state written, if the state changed.
+        workflow_state: Option<i32>,
+        command_type: Option<i32>,
+        command_id: Option<i64>,
+    },
+    Skipped(String),
+}
+
+/// Which candidate read a sweep does (SPEC §3): the cheap incremental one, or
+/// a full scan of the table (at start and every `full_scan_interval`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scan {
+    Incremental,
+    Full,
+}
+
+/// Answers "is this raw host a live master right now", asked by a follow-up
+/// while the workflow row is locked (SPEC §4.9). Must not block.
+pub type LiveMaster<'a> = &'a (dyn Fn(&str) -> bool + Send + Sync);
+
+/// DS's database as the engine sees it.
+pub trait TaskStore: Send + Sync {
+    /// Reads the schema: the lines it fits (and re-learns its columns).
+    fn detect(&self) -> BoxFuture<'_, Result<SchemaInfo, PortError>>;
+    fn ping(&self) -> BoxFuture<'_, Result<(), PortError>>;
+    /// Candidates of a sweep; the store keeps the incremental cursor.
+    fn candidates<'a>(
+        &'a self,
+        line: DsLine,
+        states: &'a [i32],
+        scan: Scan,
+    ) -> BoxFuture<'a, Result<Vec<Candidate>, PortError>>;
+    /// A full scan that leaves the sweep's cursor alone (`check`).
+    fn scan_once<'a>(
+        &'a self,
+        line: DsLine,
+        states: &'a [i32],
+    ) -> BoxFuture<'a, Result<Vec<Candidate>, PortError>>;
+    /// One task by id in any state.
+    fn task(&self, line: DsLine, id: i64) -> BoxFuture<'_, Result<Option<TaskRow>, PortError>>;
+    /// Conditional writes (SPEC §4.2), one outcome per input, in order.
+    fn write_tasks<'a>(
+        &'a self,
+        line: DsLine,
+        writes: &'a [TaskWrite],
+    ) -> BoxFuture<'a, Result<Vec<WriteOutcome>, PortError>>;
+    /// The workflow follow-up after an applied task write (SPEC §5).
+    fn follow_up<'a>(
+        &'a self,
+        line: DsLine,
+        req: &'a FollowUpRequest,
+        live_master: LiveMaster<'a>,
+    ) -> BoxFuture<'a, Result<FollowUpOutcome, PortError>>;
+    /// Rows that could not be decoded so far, per table (cumulative).
+    fn rows_skipped(&self) -> Vec<(String, u64)>;
+}
+
+/// Counters a registry adapter keeps (cumulative).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RegistryStats {
+    pub session_expirations: u64,
+    pub errors: u64,
+    pub reconnects: u64,
+}
+
+/// A stream of view changes: each call to `changed` resolves once the view
+/// has changed since the previous call, or with false when the source ended.
+pub trait ViewWatch: Send {
+    fn changed(&mut self) -> BoxFuture<'_, bool>;
+}
+
+/// The registry as the engine sees it.
+pub trait RegistrySource: Send + Sync {
+    /// `zookeeper`, `etcd` or `jdbc`, for status and metrics.
+    fn kind(&self) -> &'static str;
+    /// The latest view (cheap: shared).
+    fn view(&self) -> Arc<RegistryView>;
+    fn watch(&self) -> Box<dyn ViewWatch>;
+    /// What the registry's layout and heartbeats say about the DS line.
+    fn detected(&self) -> Detected;
+    fn stats(&self) -> RegistryStats;
+    /// 1.2's task queue: removes a task's entries after `fail` (SPEC §5);
+    /// registries without one have nothing to remove.
+    fn delete_task_queue_entries(&self, _task_id: i64) -> BoxFuture<'_, Result<usize, PortError>> {
+        Box::pin(async { Ok(0) })
+    }
+    /// Ends the session promptly.
+    fn close(&self) -> BoxFuture<'_, ()>;
+}
+
+/// Leader election among replicas (SPEC §4.6).
+pub trait Leadership: Send + Sync {
+    fn is_leader(&self) -> bool;
+    /// The current leader's id, when known.
+    fn leader_id(&self) -> Option<String>;
+    fn close(&self) -> BoxFuture<'_, ()>;
+}
+
+/// The daemon's clock: absence clocks, grace periods and audit times are
+/// measured on it (tests drive it by hand).
+pub trait Clock: Send + Sync {
+    fn now(&self) -> Instant;
+}
+
+/// The wall clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Instant {
+        chrono::Utc::now()
+    }
+}
