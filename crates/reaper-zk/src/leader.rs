@@ -6,7 +6,7 @@
 //! it expires), because a disconnected replica cannot know whether its node
 //! is still there, and two replicas must never act at once.
 
-use crate::registry::close_client;
+use crate::session::{self, close_client};
 use crate::{bounded, ZkError, ZkSettings};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,8 +14,6 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
-
-const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
 pub struct LeaderElection {
     rx: watch::Receiver<bool>,
@@ -131,16 +129,12 @@ fn id_from_name(name: &str) -> Option<String> {
 }
 
 async fn run(settings: ZkSettings, dir: String, id: String, seen: Seen, cancel: CancellationToken) {
-    let mut backoff = Duration::from_millis(200);
+    // Never reset: a replica that keeps losing its session backs off to the cap.
+    let mut backoff = session::backoff();
     while !cancel.is_cancelled() {
-        let st = settings.session_timeout;
-        let connect = zk::Client::connector()
-            .with_session_timeout(st)
-            .with_fail_eagerly()
-            .connect(&settings.connect);
         let client = tokio::select! {
             _ = cancel.cancelled() => break,
-            r = bounded(st + settings.request_timeout, connect) => r,
+            r = session::connect(&settings) => r,
         };
         match client {
             Ok(client) => {
@@ -159,11 +153,9 @@ async fn run(settings: ZkSettings, dir: String, id: String, seen: Seen, cancel: 
             }
             Err(e) => tracing::warn!(error = %e, "leader election cannot connect to ZooKeeper"),
         }
-        tokio::select! {
-            _ = cancel.cancelled() => break,
-            _ = tokio::time::sleep(backoff) => {}
+        if session::sleep(&cancel, backoff.next_delay()).await {
+            break;
         }
-        backoff = (backoff * 2).min(MAX_BACKOFF);
     }
     seen.unknown();
 }

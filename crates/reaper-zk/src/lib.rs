@@ -4,17 +4,33 @@
 //! date from a real ZooKeeper session, with the validity rule of SPEC §4.1: the
 //! view is valid only after a full listing completed on the current connection.
 //! [`LeaderElection`] elects one acting replica among ds-reaper instances.
-//! [`heartbeat`] parses every DS heartbeat format.
+//!
+//! What is not ZooKeeper's — heartbeat parsing, what a path stands for, layout
+//! detection, the membership rules, the backoff — is reaper-core's
+//! [`reaper_core::registry`], shared with the other registry adapters; the
+//! moved items are re-exported here ([`heartbeat`], [`Detected`]).
+//!
+//! # Layout
+//! - [`registry`](Registry): the handle the daemon holds, and the 1.2 task-queue cleanup.
+//! - `session`: connecting, closing, the loop of one session after another.
+//! - `watch`: one session's watches, listing, events, data coalescing.
+//! - `listing`: the reads of a full listing.
+//! - `leader`: leader election on a session of its own.
 
-pub use reaper_core::registry::heartbeat;
 mod leader;
+mod listing;
 mod registry;
+mod session;
+mod watch;
 
-use reaper_core::{DsLine, HeartbeatFormat, RegistryLayout, Zone};
+use reaper_core::DsLine;
+use reaper_core::Zone;
 use std::future::Future;
 use std::time::Duration;
 
 pub use leader::LeaderElection;
+pub use reaper_core::registry::heartbeat;
+pub use reaper_core::registry::Detected;
 pub use reaper_core::RegistryView;
 pub use registry::Registry;
 
@@ -81,51 +97,6 @@ pub(crate) async fn bounded<T>(
     }
 }
 
-/// What the registry looks like, as far as it has been seen.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Detected {
-    pub layout: Option<RegistryLayout>,
-    pub format: Option<HeartbeatFormat>,
-    /// Lines consistent with what was seen; all 8 when nothing was seen, empty
-    /// when layout and format contradict each other.
-    pub lines: Vec<DsLine>,
-}
-
-impl Detected {
-    pub(crate) fn from_evidence(
-        layout: Option<RegistryLayout>,
-        format: Option<HeartbeatFormat>,
-        only_2_0: bool,
-    ) -> Self {
-        let lines = DsLine::ALL
-            .into_iter()
-            .filter(|l| match layout {
-                Some(x) => l.layout() == x,
-                None => true,
-            })
-            .filter(|l| match format {
-                Some(f) => l.heartbeat_format() == f,
-                None => true,
-            })
-            // 14 CSV fields: only 2.0.6–2.0.9 wrote diskAvailable
-            .filter(|l| !only_2_0 || *l == DsLine::V2_0)
-            .collect();
-        Detected {
-            layout,
-            format,
-            lines,
-        }
-    }
-
-    pub(crate) fn explicit(line: DsLine) -> Self {
-        Detected {
-            layout: Some(line.layout()),
-            format: Some(line.heartbeat_format()),
-            lines: vec![line],
-        }
-    }
-}
-
 /// Counters for metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ZkStats {
@@ -137,37 +108,6 @@ pub struct ZkStats {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn detection_narrows_lines() {
-        assert_eq!(Detected::from_evidence(None, None, false).lines.len(), 8);
-        let d = Detected::from_evidence(
-            Some(RegistryLayout::Grouped),
-            Some(HeartbeatFormat::CsvEpoch),
-            false,
-        );
-        assert_eq!(d.lines, vec![DsLine::V2_0, DsLine::V3_0, DsLine::V3_1_0]);
-        let d = Detected::from_evidence(
-            Some(RegistryLayout::Grouped),
-            Some(HeartbeatFormat::CsvEpoch),
-            true,
-        );
-        assert_eq!(d.lines, vec![DsLine::V2_0]);
-        let d = Detected::from_evidence(
-            Some(RegistryLayout::Flat),
-            Some(HeartbeatFormat::Json32),
-            false,
-        );
-        assert_eq!(d.lines, vec![DsLine::V3_2, DsLine::V3_3]);
-        // contradictory evidence: no line fits
-        let d = Detected::from_evidence(
-            Some(RegistryLayout::Legacy),
-            Some(HeartbeatFormat::Json31),
-            false,
-        );
-        assert!(d.lines.is_empty());
-        assert_eq!(Detected::explicit(DsLine::V1_2).lines, vec![DsLine::V1_2]);
-    }
 
     #[test]
     fn root_prefix_forms() {

@@ -21,5 +21,7 @@ pub mod membership;
 
 pub use backoff::Backoff;
 pub use heartbeat::{Heartbeat, HeartbeatError};
-pub use layout::{classify, Detected, LayoutEvidence, LayoutMode, NodeClass, NodeKey};
+pub use layout::{
+    classify, may_concern_servers, Detected, LayoutEvidence, LayoutMode, NodeClass, NodeKey,
+};
 pub use membership::{Changes, Gap, ListedNode, Listing, Membership, NodeEvent, Note};

@@ -1,0 +1,87 @@
+//! A full listing of the server nodes under the DS root, with their data:
+//! the reads that end every gap in sight. In auto mode a direct child of
+//! `/nodes/worker` is a worker if ephemeral (3.1.1+) or a group directory
+//! (1.3 – 3.1.0) whose children are the workers.
+
+use crate::{bounded, ZkError};
+use reaper_core::registry::{classify, LayoutMode, ListedNode, Listing, NodeClass};
+use std::time::Duration;
+use zookeeper_client as zk;
+
+/// Lists every server node of `mode` under `root` with its data, every call
+/// bounded by `rt`. A node gone between the listing and its read is left out.
+pub(crate) async fn list_all(
+    client: &zk::Client,
+    root: &str,
+    mode: LayoutMode,
+    rt: Duration,
+) -> Result<Listing, ZkError> {
+    let full = |rel: &str| format!("{root}{rel}");
+    let children = |rel: String| {
+        let path = full(&rel);
+        async move {
+            match bounded(rt, client.get_children(&path)).await {
+                Ok((c, stat)) => Ok(Some((rel, c, stat))),
+                Err(ZkError::Zk(zk::Error::NoNode)) => Ok(None),
+                Err(e) => Err(e),
+            }
+        }
+    };
+    let mut leaf_paths: Vec<(String, Option<bool>)> = Vec::new();
+    let mut legacy_dir = false;
+    let mut dirs = Vec::new();
+    if mode.legacy_allowed() {
+        dirs.push("/workers".to_string());
+        dirs.push("/masters".to_string());
+    }
+    if mode.nodes_allowed() {
+        dirs.push("/nodes/master".to_string());
+    }
+    for r in futures::future::join_all(dirs.into_iter().map(&children)).await {
+        if let Some((rel, kids, _)) = r? {
+            legacy_dir |= rel == "/workers" || rel == "/masters";
+            leaf_paths.extend(kids.into_iter().map(|k| (format!("{rel}/{k}"), None)));
+        }
+    }
+    if mode.nodes_allowed() {
+        if let Some((_, kids, _)) = children("/nodes/worker".to_string()).await? {
+            let subs = kids
+                .into_iter()
+                .map(|k| children(format!("/nodes/worker/{k}")));
+            for r in futures::future::join_all(subs).await {
+                let Some((rel, grand, stat)) = r? else {
+                    continue;
+                };
+                let ephemeral = stat.ephemeral_owner != 0;
+                match classify(mode, &rel, Some(ephemeral)) {
+                    NodeClass::Server(_) => leaf_paths.push((rel, Some(ephemeral))),
+                    NodeClass::Group => {
+                        leaf_paths.extend(grand.into_iter().map(|g| (format!("{rel}/{g}"), None)))
+                    }
+                    NodeClass::Ignore => {}
+                }
+            }
+        }
+    }
+    let reads = leaf_paths.into_iter().map(|(rel, eph)| {
+        let path = full(&rel);
+        async move {
+            match bounded(rt, client.get_data(&path)).await {
+                Ok((data, stat)) => Ok(Some(ListedNode {
+                    path: rel,
+                    data,
+                    ephemeral: eph.unwrap_or(stat.ephemeral_owner != 0),
+                })),
+                Err(ZkError::Zk(zk::Error::NoNode)) => Ok(None),
+                Err(e) => Err(e),
+            }
+        }
+    });
+    let mut nodes = Vec::new();
+    for r in futures::future::join_all(reads).await {
+        if let Some(n) = r? {
+            nodes.push(n);
+        }
+    }
+    Ok(Listing { nodes, legacy_dir })
+}

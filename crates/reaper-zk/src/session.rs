@@ -1,0 +1,142 @@
+//! ZooKeeper sessions: connecting (bounded in time), closing at once, telling
+//! a terminal state, and the registry's outer loop — one session after
+//! another until cancelled, with reaper-core's jittered [`Backoff`] between
+//! failed attempts. [`crate::leader`] uses the same pieces for its own session.
+
+use crate::registry::lock;
+use crate::watch::Watcher;
+use crate::{bounded, ZkError, ZkSettings};
+use reaper_core::registry::{Backoff, Gap};
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use zookeeper_client as zk;
+
+/// The first retry waits about this long; each failure doubles it...
+const MIN_BACKOFF: Duration = Duration::from_millis(200);
+/// ... up to this; a success starts again from [`MIN_BACKOFF`].
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// A fresh backoff for one retry loop. Its jitter is seeded from std's
+/// per-process random hash keys, so replicas (and the loops of one replica)
+/// do not retry in step.
+pub(crate) fn backoff() -> Backoff {
+    let seed = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    Backoff::new(MIN_BACKOFF, MAX_BACKOFF, seed)
+}
+
+/// Opens a session, bounded by the session timeout plus one request timeout.
+pub(crate) async fn connect(settings: &ZkSettings) -> Result<zk::Client, ZkError> {
+    let st = settings.session_timeout;
+    bounded(
+        st + settings.request_timeout,
+        zk::Client::connector()
+            .with_session_timeout(st)
+            .with_fail_eagerly()
+            .connect(&settings.connect),
+    )
+    .await
+}
+
+/// Sleeps unless cancelled first; true when cancelled.
+pub(crate) async fn sleep(cancel: &CancellationToken, d: Duration) -> bool {
+    tokio::select! {
+        _ = cancel.cancelled() => true,
+        _ = tokio::time::sleep(d) => false,
+    }
+}
+
+/// How serving one session ended.
+pub(crate) enum Outcome {
+    Cancelled,
+    Expired,
+    Ended(String),
+}
+
+/// The outcome a terminal session state stands for; None while it may recover.
+pub(crate) fn terminal(s: zk::SessionState) -> Option<Outcome> {
+    match s {
+        zk::SessionState::Expired => Some(Outcome::Expired),
+        zk::SessionState::Closed => Some(Outcome::Ended("ZooKeeper session closed".to_string())),
+        zk::SessionState::AuthFailed => Some(Outcome::Ended(
+            "ZooKeeper authentication failed".to_string(),
+        )),
+        _ => None,
+    }
+}
+
+/// Closes a session at once (ephemeral nodes go now, not after the timeout).
+pub(crate) async fn close_client(client: zk::Client) {
+    let mut states = client.state_watcher();
+    drop(client);
+    let _ = tokio::time::timeout(Duration::from_secs(3), async {
+        while !states.peek_state().is_terminated() {
+            states.changed().await;
+        }
+    })
+    .await;
+}
+
+/// The registry's loop: a session, served until it ends, then the next.
+/// Every new session is a gap in sight ([`Gap::Session`]).
+pub(crate) async fn run(mut w: Watcher) {
+    let inner = w.inner.clone();
+    let cancel = inner.cancel.clone();
+    let mut backoff = backoff();
+    loop {
+        if cancel.is_cancelled() {
+            break;
+        }
+        let addr = &inner.settings.connect;
+        w.invalidate(Gap::Session, format!("connecting to {addr}"));
+        let client = tokio::select! {
+            _ = cancel.cancelled() => break,
+            r = connect(&inner.settings) => r,
+        };
+        let client = match client {
+            Ok(c) => c,
+            Err(e) => {
+                inner.error();
+                tracing::warn!(error = %e, connect = %addr, "cannot connect to ZooKeeper");
+                w.invalidate(Gap::Session, format!("connecting to {addr}: {e}"));
+                if sleep(&cancel, backoff.next_delay()).await {
+                    break;
+                }
+                continue;
+            }
+        };
+        tracing::info!(session = ?client.session_id(), "ZooKeeper session established");
+        *lock(&inner.client) = Some(client.clone());
+        // Cancellation also interrupts a listing or read in flight, so
+        // close() is prompt even against a slow ensemble.
+        let outcome = tokio::select! {
+            o = w.serve_session(&client, &mut backoff) => o,
+            _ = cancel.cancelled() => Outcome::Cancelled,
+        };
+        lock(&inner.client).take();
+        match outcome {
+            Outcome::Cancelled => {
+                close_client(client).await;
+                break;
+            }
+            Outcome::Expired => {
+                inner.expirations.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("ZooKeeper session expired; building a new session");
+                w.invalidate(Gap::Session, "ZooKeeper session expired");
+                drop(client);
+            }
+            Outcome::Ended(reason) => {
+                inner.error();
+                w.invalidate(Gap::Session, reason);
+                drop(client);
+                if sleep(&cancel, backoff.next_delay()).await {
+                    break;
+                }
+            }
+        }
+    }
+    w.invalidate(Gap::Session, "registry closed");
+}

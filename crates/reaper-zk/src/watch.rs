@@ -1,0 +1,473 @@
+//! The watch loop of one ZooKeeper session, driving reaper-core's
+//! [`Membership`].
+//!
+//! Per connection it arms persistent recursive watches on the server
+//! directories (zookeeper-client does not restore them after a reconnect),
+//! then lists everything; only then is the view valid. Any change of the
+//! session state is a gap: the watches are re-armed and everything re-listed.
+//! Node creations and deletions are applied at once; data changes (one per
+//! node every ~10 s) are coalesced so that a node is read at most once per
+//! [`DATA_COALESCE`].
+
+use crate::listing::list_all;
+use crate::registry::{lock, Inner};
+use crate::session::{terminal, Outcome};
+use crate::{bounded, ZkError};
+use chrono::Utc;
+use reaper_core::registry::{
+    may_concern_servers, Backoff, Changes, Gap, Membership, NodeEvent, Note,
+};
+use reaper_core::RegistryView;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant as Tick;
+use zookeeper_client as zk;
+
+/// A node's data is re-read at most this often, however often it changes.
+const DATA_COALESCE: Duration = Duration::from_secs(3);
+const FLUSH_TICK: Duration = Duration::from_millis(500);
+
+/// The registry's state across sessions: the membership machine and what
+/// it publishes to.
+pub(crate) struct Watcher {
+    pub(crate) inner: Arc<Inner>,
+    tx: watch::Sender<Arc<RegistryView>>,
+    membership: Membership,
+    coalesce: Coalescer,
+}
+
+impl Watcher {
+    pub(crate) fn new(
+        inner: Arc<Inner>,
+        tx: watch::Sender<Arc<RegistryView>>,
+        membership: Membership,
+    ) -> Self {
+        Watcher {
+            inner,
+            tx,
+            membership,
+            coalesce: Coalescer::default(),
+        }
+    }
+
+    fn full(&self, rel: &str) -> String {
+        format!("{}{}", self.inner.root, rel)
+    }
+
+    fn rel<'a>(&self, full: &'a str) -> Option<&'a str> {
+        full.strip_prefix(self.inner.root.as_str())
+            .filter(|r| r.starts_with('/'))
+    }
+
+    /// Logs what the machine noted and publishes when it says so.
+    fn settle(&mut self, changes: Changes) {
+        log(&changes.notes);
+        if changes.publish {
+            // Detection first: a subscriber woken by the view may ask for it.
+            if self.inner.settings.line.is_none() {
+                *lock(&self.inner.detected) = self.membership.detected();
+            }
+            self.tx
+                .send_replace(Arc::new(self.membership.view().clone()));
+        }
+    }
+
+    pub(crate) fn invalidate(&mut self, gap: Gap, reason: impl Into<String>) {
+        let c = self.membership.invalidate(gap, reason, Utc::now());
+        self.settle(c);
+    }
+
+    /// Waits until the session is connected again, or ends.
+    async fn wait_connected(&mut self, states: &mut zk::StateWatcher) -> Result<(), Outcome> {
+        loop {
+            match states.peek_state() {
+                zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
+                    return Ok(())
+                }
+                s => {
+                    if let Some(o) = terminal(s) {
+                        return Err(o);
+                    }
+                }
+            }
+            tokio::select! {
+                _ = self.inner.cancel.cancelled() => return Err(Outcome::Cancelled),
+                _ = states.changed() => {}
+            }
+        }
+    }
+
+    /// After a failed step on a live session: waits for the backoff or a state change.
+    async fn pause(
+        &mut self,
+        states: &mut zk::StateWatcher,
+        backoff: &mut Backoff,
+    ) -> Result<(), Outcome> {
+        let d = backoff.next_delay();
+        tokio::select! {
+            _ = self.inner.cancel.cancelled() => return Err(Outcome::Cancelled),
+            _ = tokio::time::sleep(d) => {}
+            _ = states.changed() => {}
+        }
+        if let Some(o) = terminal(states.peek_state()) {
+            return Err(o);
+        }
+        Ok(())
+    }
+
+    /// Serves one session until it ends (or is cancelled).
+    pub(crate) async fn serve_session(
+        &mut self,
+        client: &zk::Client,
+        backoff: &mut Backoff,
+    ) -> Outcome {
+        let mut states = client.state_watcher();
+        let mut forwarders = Forwarders(Vec::new());
+        let rt = self.inner.settings.request_timeout;
+        let outcome = 'conn: loop {
+            if let Err(o) = self.wait_connected(&mut states).await {
+                break 'conn o;
+            }
+            // New watches first, then drop the old ones: dropping the last
+            // watcher of a path would remove the server-side watch.
+            let (tx, mut rx) = mpsc::unbounded_channel();
+            let mut fresh = Vec::new();
+            let mut failed = None;
+            for dir in self.membership.mode().server_dirs() {
+                let path = self.full(dir);
+                match bounded(
+                    rt,
+                    client.watch(&path, zk::AddWatchMode::PersistentRecursive),
+                )
+                .await
+                {
+                    Ok(w) => fresh.push(forward(w, tx.clone())),
+                    Err(e) => {
+                        failed = Some(format!("watching {path}: {e}"));
+                        break;
+                    }
+                }
+            }
+            drop(std::mem::replace(&mut forwarders, Forwarders(fresh)));
+            if let Some(reason) = failed {
+                self.inner.error();
+                tracing::warn!(%reason, "cannot arm registry watches");
+                self.invalidate(Gap::Connection, reason);
+                if let Err(o) = self.pause(&mut states, backoff).await {
+                    break 'conn o;
+                }
+                continue 'conn;
+            }
+            let mode = self.membership.mode();
+            match list_all(client, &self.inner.root, mode, rt).await {
+                Ok(listing) => {
+                    let c = self.membership.apply_listing(listing, Utc::now());
+                    self.coalesce.listed(&c.read);
+                    self.settle(c);
+                    backoff.reset();
+                }
+                Err(e) => {
+                    self.inner.error();
+                    tracing::warn!(error = %e, "listing the registry failed");
+                    self.invalidate(Gap::Connection, format!("listing the registry: {e}"));
+                    if let Err(o) = self.pause(&mut states, backoff).await {
+                        break 'conn o;
+                    }
+                    continue 'conn;
+                }
+            }
+            let mut tick = tokio::time::interval(FLUSH_TICK);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = self.inner.cancel.cancelled() => break 'conn Outcome::Cancelled,
+                    s = states.changed() => {
+                        if let Some(o) = terminal(s) {
+                            break 'conn o;
+                        }
+                        // Any change here is a connection loss: a quick
+                        // Disconnected -> SyncConnected may reach us as the
+                        // latter only, and the watches and events of that gap
+                        // are lost all the same.
+                        tracing::warn!(state = ?s, "ZooKeeper connection lost");
+                        self.invalidate(Gap::Connection, "disconnected from ZooKeeper");
+                        if let Err(o) = self.wait_connected(&mut states).await {
+                            break 'conn o;
+                        }
+                        self.inner.reconnects.fetch_add(1, Ordering::Relaxed);
+                        tracing::info!("reconnected to ZooKeeper; re-arming watches and re-listing");
+                        continue 'conn;
+                    }
+                    Some(ev) = rx.recv() => {
+                        let mut batch = vec![ev];
+                        while let Ok(e) = rx.try_recv() {
+                            batch.push(e);
+                        }
+                        self.handle_batch(client, batch).await;
+                    }
+                    _ = tick.tick() => {
+                        self.flush_dirty(client).await;
+                        let c = self.membership.prune_lost(Utc::now());
+                        self.settle(c);
+                    }
+                }
+            }
+        };
+        drop(forwarders);
+        outcome
+    }
+
+    async fn handle_batch(&mut self, client: &zk::Client, batch: Vec<zk::WatchedEvent>) {
+        // The last event per path decides; creations are read at once.
+        let mode = self.membership.mode();
+        let mut order: Vec<String> = Vec::new();
+        let mut last: HashMap<String, zk::EventType> = HashMap::new();
+        for ev in batch {
+            let Some(rel) = self.rel(&ev.path).map(str::to_string) else {
+                continue;
+            };
+            if !may_concern_servers(mode, &rel) {
+                continue;
+            }
+            let t = match ev.event_type {
+                zk::EventType::NodeCreated => zk::EventType::NodeCreated,
+                zk::EventType::NodeDeleted => zk::EventType::NodeDeleted,
+                zk::EventType::NodeDataChanged => {
+                    if last.get(&rel) == Some(&zk::EventType::NodeCreated) {
+                        continue;
+                    }
+                    if self.membership.contains(&rel) {
+                        self.coalesce.dirty.insert(rel);
+                        continue;
+                    }
+                    // Data of a node not known yet: read it like a creation.
+                    zk::EventType::NodeCreated
+                }
+                _ => continue,
+            };
+            if !last.contains_key(&rel) {
+                order.push(rel.clone());
+            }
+            last.insert(rel, t);
+        }
+        if order.is_empty() {
+            return;
+        }
+        let now = Utc::now();
+        let mut events: Vec<NodeEvent> = Vec::new();
+        let mut to_read: Vec<String> = Vec::new();
+        for rel in order {
+            match last.get(&rel) {
+                Some(zk::EventType::NodeDeleted) => events.push(NodeEvent::Deleted { path: rel }),
+                Some(_) => to_read.push(rel),
+                None => {}
+            }
+        }
+        let rt = self.inner.settings.request_timeout;
+        let reads = to_read.iter().map(|rel| {
+            let path = self.full(rel);
+            async move { bounded(rt, client.get_data(&path)).await }
+        });
+        let results = futures::future::join_all(reads).await;
+        for (rel, r) in to_read.into_iter().zip(results) {
+            match r {
+                Ok((data, stat)) => events.push(NodeEvent::Present {
+                    path: rel,
+                    data,
+                    ephemeral: stat.ephemeral_owner != 0,
+                }),
+                Err(ZkError::Zk(zk::Error::NoNode)) => {
+                    events.push(NodeEvent::Deleted { path: rel })
+                }
+                Err(e) => {
+                    // The session is in trouble; the state watcher will force a re-listing.
+                    self.inner.error();
+                    tracing::warn!(path = %rel, error = %e, "reading a registry node failed");
+                }
+            }
+        }
+        for ev in &events {
+            if let NodeEvent::Deleted { path } = ev {
+                self.coalesce.forget(path);
+            }
+        }
+        let c = self.membership.apply(events, now);
+        self.coalesce.read(&c.read);
+        self.settle(c);
+    }
+
+    async fn flush_dirty(&mut self, client: &zk::Client) {
+        let membership = &self.membership;
+        let due = self.coalesce.take_due(|p| membership.contains(p));
+        if due.is_empty() {
+            return;
+        }
+        let rt = self.inner.settings.request_timeout;
+        let reads = due.iter().map(|rel| {
+            let path = self.full(rel);
+            async move { bounded(rt, client.get_data(&path)).await }
+        });
+        let results = futures::future::join_all(reads).await;
+        let mut events = Vec::new();
+        for (rel, r) in due.into_iter().zip(results) {
+            match r {
+                Ok((data, _)) => events.push(NodeEvent::DataChanged { path: rel, data }),
+                // The deletion event follows and is handled on its own.
+                Err(ZkError::Zk(zk::Error::NoNode)) => {}
+                Err(e) => {
+                    self.inner.error();
+                    tracing::warn!(path = %rel, error = %e, "re-reading a registry node failed");
+                    self.coalesce.dirty.insert(rel);
+                }
+            }
+        }
+        let c = self.membership.apply(events, Utc::now());
+        self.coalesce.read(&c.read);
+        self.settle(c);
+    }
+}
+
+/// Data changes waiting to be re-read, and when each node was last read.
+#[derive(Default)]
+struct Coalescer {
+    /// Nodes whose data changed and has not been re-read yet.
+    dirty: HashSet<String>,
+    last_read: HashMap<String, Tick>,
+}
+
+impl Coalescer {
+    /// A full listing read every node in `read` afresh.
+    fn listed(&mut self, read: &[String]) {
+        self.dirty.clear();
+        self.last_read.clear();
+        self.read(read);
+    }
+
+    fn read(&mut self, read: &[String]) {
+        let now = Tick::now();
+        for p in read {
+            self.dirty.remove(p);
+            self.last_read.insert(p.clone(), now);
+        }
+    }
+
+    fn forget(&mut self, path: &str) {
+        self.dirty.remove(path);
+        self.last_read.remove(path);
+    }
+
+    /// The dirty nodes still known whose last read is [`DATA_COALESCE`] old,
+    /// taken out of the dirty set.
+    fn take_due(&mut self, known: impl Fn(&str) -> bool) -> Vec<String> {
+        if self.dirty.is_empty() {
+            return Vec::new();
+        }
+        let now = Tick::now();
+        let due: Vec<String> = self
+            .dirty
+            .iter()
+            .filter(|p| {
+                known(p)
+                    && self
+                        .last_read
+                        .get(*p)
+                        .is_some_and(|t| now.duration_since(*t) >= DATA_COALESCE)
+            })
+            .cloned()
+            .collect();
+        for p in &due {
+            self.dirty.remove(p);
+        }
+        due
+    }
+}
+
+/// Writes what the membership machine noted, as the adapter always logged it.
+fn log(notes: &[Note]) {
+    for n in notes {
+        match n {
+            Note::Invalid { reason } => tracing::info!(%reason, "registry view invalid"),
+            Note::Listed {
+                workers, masters, ..
+            } => tracing::info!(workers, masters, "registry listed; view valid"),
+            Note::Present { kind, host } => {
+                tracing::info!(?kind, host = host.as_str(), "registry node present")
+            }
+            Note::Gone { kind, host } => {
+                tracing::info!(?kind, host = host.as_str(), "registry node gone")
+            }
+            Note::Unreadable { host, error } => tracing::warn!(host = %host, error = %error,
+                "registry node data unreadable; the node counts as present with unknown startup/report time"),
+        }
+    }
+}
+
+/// Forwarding tasks of one connection, aborted when dropped (also when the
+/// session future is dropped on cancellation).
+struct Forwarders(Vec<JoinHandle<()>>);
+
+impl Drop for Forwarders {
+    fn drop(&mut self) {
+        for h in &self.0 {
+            h.abort();
+        }
+    }
+}
+
+/// Moves a persistent watcher's node events into the loop's channel.
+fn forward(
+    mut w: zk::PersistentWatcher,
+    tx: mpsc::UnboundedSender<zk::WatchedEvent>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let ev = w.changed().await;
+            if ev.event_type == zk::EventType::Session {
+                // `changed` panics once a terminal state was delivered.
+                if ev.session_state.is_terminated() {
+                    break;
+                }
+                continue;
+            }
+            if tx.send(ev).is_err() {
+                break;
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paths(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_changed_node_is_reread_at_most_once_per_coalesce_window() {
+        let mut c = Coalescer::default();
+        c.listed(&paths(&["/a", "/b"]));
+        c.dirty.insert("/a".into());
+        c.dirty.insert("/gone".into());
+        let known = |p: &str| p != "/gone";
+        assert!(c.take_due(known).is_empty(), "read just now");
+        tokio::time::advance(DATA_COALESCE).await;
+        assert_eq!(c.take_due(known), paths(&["/a"]));
+        assert!(c.take_due(known).is_empty(), "taken out of the dirty set");
+        c.read(&paths(&["/a"]));
+        c.dirty.insert("/a".into());
+        tokio::time::advance(DATA_COALESCE / 2).await;
+        assert!(c.take_due(known).is_empty());
+        // a deletion forgets it; a listing starts over
+        c.forget("/a");
+        assert!(!c.dirty.contains("/a") && !c.last_read.contains_key("/a"));
+        c.dirty.insert("/b".into());
+        c.listed(&paths(&["/b"]));
+        assert!(c.dirty.is_empty());
+    }
+}
