@@ -20,7 +20,7 @@ mod mysql;
 mod postgres;
 mod schema;
 
-use reaper_core::{Action, Candidate, DsLine, FollowUp, Instant, Zone};
+use reaper_core::{Candidate, DsLine, FollowUp, Zone};
 use schema::{Catalog, TASK};
 use sqlx::pool::PoolConnection;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
