@@ -18,26 +18,30 @@ const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(8);
 
 pub fn zk_settings(s: &Settings) -> ZkSettings {
     ZkSettings {
-        connect: s.zk_connect.clone(),
-        root: s.zk_root.clone(),
-        session_timeout: s.zk_session_timeout,
+        connect: s.zookeeper.connect.clone(),
+        root: s.zookeeper.root.clone(),
+        session_timeout: s.zookeeper.session_timeout,
         request_timeout: Duration::from_secs(10)
-            .min(s.zk_session_timeout.max(Duration::from_secs(2))),
-        line: match s.version {
+            .min(s.zookeeper.session_timeout.max(Duration::from_secs(2))),
+        line: match s.dolphinscheduler.version {
             VersionSetting::Line(l) => Some(l),
             VersionSetting::Auto => None,
         },
-        zone: s.time_zone,
+        zone: s.dolphinscheduler.time_zone,
     }
 }
 
 pub fn db_settings(s: &Settings) -> DbSettings {
     DbSettings {
-        url: s.db_url.expose().to_string(),
-        password: s.db_password.as_ref().map(|p| p.expose().to_string()),
-        max_connections: s.db_max_connections,
-        statement_timeout: s.db_statement_timeout,
-        zone: s.time_zone,
+        url: s.database.url.expose().to_string(),
+        password: s
+            .database
+            .password_file
+            .as_ref()
+            .map(|f| f.secret().expose().to_string()),
+        max_connections: s.database.max_connections,
+        statement_timeout: s.database.statement_timeout,
+        zone: s.dolphinscheduler.time_zone,
     }
 }
 
@@ -50,13 +54,13 @@ pub fn build(
     let db = Db::connect_lazy(&db_settings(&settings)).context("database")?;
     let zk = zk_settings(&settings);
     let registry = Registry::start(zk.clone(), cancel.child_token());
-    let leader = (elect && settings.leader_enabled).then(|| {
+    let leader = (elect && settings.leader.enabled).then(|| {
         let id = format!(
             "{}:{}",
             std::env::var("HOSTNAME").unwrap_or_else(|_| "ds-reaper".into()),
             std::process::id()
         );
-        LeaderElection::start(zk, settings.leader_path.clone(), id, cancel.child_token())
+        LeaderElection::start(zk, settings.leader.path.clone(), id, cancel.child_token())
     });
     Ok(Arc::new(Engine::new(
         settings,
@@ -85,6 +89,7 @@ async fn sweeper(engine: SharedEngine, cancel: CancellationToken) {
     let mut views = engine.registry.subscribe();
     let interval = engine
         .settings
+        .reconcile
         .sweep_interval
         .max(Duration::from_millis(100));
     let mut next_tick = tokio::time::Instant::now() + interval;
@@ -184,13 +189,13 @@ async fn shutdown_signal() {
 /// The daemon. Returns when stopped by a signal.
 pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let cancel = CancellationToken::new();
-    let listen = settings.http_listen;
+    let listen = settings.http.listen;
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
-        zookeeper = %settings.zk_connect,
-        root = %settings.zk_root,
-        database = %reaper_sql::redact_url(settings.db_url.expose()),
-        leader_election = settings.leader_enabled,
+        zookeeper = %settings.zookeeper.connect,
+        root = %settings.zookeeper.root,
+        database = %settings.database.url,
+        leader_election = settings.leader.enabled,
         "starting ds-reaper"
     );
     let engine = build(settings, &cancel, true)?;

@@ -114,6 +114,17 @@ fn load(cli: &Cli) -> Result<Settings, u8> {
     })
 }
 
+/// As [`load`], for the commands that connect: refuses a configured feature
+/// this build does not have yet (`config check` still accepts the key).
+fn load_usable(cli: &Cli) -> Result<Settings, u8> {
+    let s = load(cli)?;
+    if let Some(why) = s.unsupported() {
+        eprintln!("ds-reaper: {why}");
+        return Err(EXIT_CONFIG);
+    }
+    Ok(s)
+}
+
 fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     // Two workers are plenty: the daemon mostly waits, and a small footprint
     // matters on a DS master host.
@@ -144,16 +155,19 @@ fn dispatch(cli: Cli) -> u8 {
             Ok(s) => {
                 print!("{}", s.to_redacted_toml());
                 eprintln!("configuration is valid");
+                if let Some(why) = s.unsupported() {
+                    eprintln!("note: {why}");
+                }
                 EXIT_OK
             }
             Err(code) => code,
         },
         Command::Run => {
-            let s = match load(&cli) {
+            let s = match load_usable(&cli) {
                 Ok(s) => s,
                 Err(code) => return code,
             };
-            crate::telemetry::init(s.log_format, &s.log_level);
+            crate::telemetry::init(s.log.format, &s.log.level);
             let rt = match runtime() {
                 Ok(rt) => rt,
                 Err(e) => {
@@ -171,7 +185,7 @@ fn dispatch(cli: Cli) -> u8 {
             }
         }
         Command::Check { format, observe } => {
-            let s = match load(&cli) {
+            let s = match load_usable(&cli) {
                 Ok(s) => s,
                 Err(code) => return code,
             };
@@ -185,7 +199,7 @@ fn dispatch(cli: Cli) -> u8 {
             force,
             yes,
         } => {
-            let s = match load(&cli) {
+            let s = match load_usable(&cli) {
                 Ok(s) => s,
                 Err(code) => return code,
             };
@@ -210,7 +224,7 @@ fn dispatch(cli: Cli) -> u8 {
 /// CLI commands log only warnings, to stderr, so stdout stays the answer.
 fn init_cli_logging(s: &Settings) {
     let level = if std::env::var_os("RUST_LOG").is_some() {
-        s.log_level.as_str()
+        s.log.level.as_str()
     } else {
         "warn"
     };
@@ -244,14 +258,15 @@ async fn connect(
 ) -> Result<crate::engine::SharedEngine, u8> {
     progress(&format!(
         "connecting to ZooKeeper {} and the database",
-        s.zk_connect
+        s.zookeeper.connect
     ));
     let engine = app::build(s.clone(), cancel, false).map_err(|e| {
         eprintln!("ds-reaper: {e:#}");
         EXIT_CONFIG
     })?;
     let wait = s
-        .zk_session_timeout
+        .zookeeper
+        .session_timeout
         .clamp(Duration::from_secs(10), Duration::from_secs(30));
     let mut views = engine.registry.subscribe();
     let valid = tokio::time::timeout(wait, async {
@@ -272,7 +287,7 @@ async fn connect(
         };
         eprintln!(
             "ds-reaper: cannot reach ZooKeeper at {}: {why}",
-            s.zk_connect
+            s.zookeeper.connect
         );
         return Err(EXIT_UNREACHABLE);
     }
@@ -281,15 +296,12 @@ async fn connect(
         Ok(Err(e)) => {
             eprintln!(
                 "ds-reaper: cannot reach the database {}: {e}",
-                reaper_sql::redact_url(s.db_url.expose())
+                s.database.url
             );
             Err(EXIT_UNREACHABLE)
         }
         Err(_) => {
-            eprintln!(
-                "ds-reaper: the database {} did not answer",
-                reaper_sql::redact_url(s.db_url.expose())
-            );
+            eprintln!("ds-reaper: the database {} did not answer", s.database.url);
             Err(EXIT_UNREACHABLE)
         }
     }

@@ -1,5 +1,8 @@
 use super::*;
+use reaper_core::{Action, DsLine, FollowUp, OwnerMaster};
 use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
 
 fn file(text: &str) -> tempfile::NamedTempFile {
     let mut f = tempfile::NamedTempFile::new().unwrap();
@@ -13,44 +16,74 @@ fn vars(v: &[(&str, &str)]) -> Vec<(String, String)> {
         .collect()
 }
 
+fn load_text(text: &str) -> Result<Settings, ConfigErrors> {
+    let f = file(text);
+    load_with(f.path(), true, &[])
+}
+
+fn example_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config.example.toml")
+}
+
 #[test]
-fn example_config_parses_and_documents_every_key_with_its_default() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config.example.toml");
-    let s = load_with(&path, true, &[]).expect("config.example.toml is valid");
-    assert_eq!(s.version, VersionSetting::Auto);
-    assert_eq!(s.grace_period, Duration::from_secs(60));
-    assert_eq!(s.full_scan_interval, Duration::from_secs(600));
-    assert_eq!(s.rate_per_minute, 120);
-    assert!(s.leader_enabled);
-    // every key appears in the example, with the default value the code uses
-    let text = std::fs::read_to_string(&path).unwrap();
+fn example_config_parses_to_the_defaults() {
+    let s = load_with(&example_path(), true, &[]).expect("config.example.toml is valid");
+    assert_eq!(s, Settings::default());
+    assert_eq!(s.dolphinscheduler.version, VersionSetting::Auto);
+    assert_eq!(s.reconcile.grace_period, Duration::from_secs(60));
+    assert_eq!(s.reconcile.workflow_grace_period, Duration::from_secs(900));
+    assert_eq!(s.etcd.endpoints, ["http://127.0.0.1:2379"]);
+    assert_eq!(s.registry.kind, RegistryKind::Zookeeper);
+}
+
+/// Every key of the typed defaults is in the example: set (to its default:
+/// the test above), or, for a key unset by default, as a commented-out line.
+#[test]
+fn example_config_documents_every_key() {
+    let text = std::fs::read_to_string(example_path()).unwrap();
     let table: toml::Table = text.parse().unwrap();
-    for (section, key, default) in Settings::documented_keys() {
-        if key == "rules" || key == "states" {
-            assert!(
-                text.contains(&format!("# {key}"))
-                    || text.contains(&format!("[[{section}.{key}]]")),
-                "{section}.{key} undocumented"
-            );
+    let commented = |section: &str, key: &str| {
+        let mut in_section = false;
+        text.lines().any(|l| {
+            let l = l.trim();
+            if l.starts_with('[') {
+                in_section = l.starts_with(&format!("[{section}]"));
+            }
+            in_section && l.starts_with(&format!("# {key} ="))
+        })
+    };
+    let keys = Settings::documented_keys();
+    assert!(keys.len() > 60, "{keys:?}");
+    for (section, key, default) in keys {
+        if table.get(&section).and_then(|t| t.get(&key)).is_some() {
             continue;
         }
-        let v = table
-            .get(section)
-            .and_then(|t| t.get(key))
-            .unwrap_or_else(|| panic!("{section}.{key} missing from config.example.toml"));
-        let shown = match v {
-            toml::Value::String(s) => s.clone(),
-            other => other.to_string(),
-        };
-        assert_eq!(shown, default, "{section}.{key}");
+        if (section.as_str(), key.as_str()) == RULES {
+            assert!(
+                text.contains("# [[policy.rules]]"),
+                "policy.rules undocumented"
+            );
+            for field in Schema::of_defaults().rule_keys {
+                assert!(
+                    text.contains(&format!("# {field} =")),
+                    "policy.rules: {field}"
+                );
+            }
+            continue;
+        }
+        assert!(
+            default.is_empty() && commented(&section, &key),
+            "{section}.{key} (default {default:?}) missing from config.example.toml"
+        );
     }
 }
 
 #[test]
 fn missing_default_file_means_defaults() {
     let s = load_with(Path::new("/nonexistent/ds-reaper.toml"), false, &[]).unwrap();
-    assert_eq!(s.zk_connect, "127.0.0.1:2181");
-    assert_eq!(s.http_listen.to_string(), "127.0.0.1:9477");
+    assert_eq!(s.zookeeper.connect, "127.0.0.1:2181");
+    assert_eq!(s.http.listen.to_string(), "127.0.0.1:9477");
+    assert_eq!(s, Settings::default());
 }
 
 #[test]
@@ -60,7 +93,7 @@ fn missing_explicit_file_is_an_error() {
 
 #[test]
 fn every_problem_is_reported_once_each_naming_its_key() {
-    let f = file(
+    let e = load_text(
         r#"
 [reconcile]
 grace_period = "soon"
@@ -73,29 +106,33 @@ worker_lost = "explode"
 [[policy.rules]]
 reason = "worker_lost"
 colour = "red"
+[[policy.rules]]
+reason = "workflow_stalled"
+action = "kill"
 [nonsense]
 x = 1
 "#,
-    );
-    let e = load_with(f.path(), true, &[]).unwrap_err();
+    )
+    .unwrap_err();
     let all = e.to_string();
     for needle in [
-        "reconcile.grace_period",
-        "reconcile.max_actions_per_sweep",
+        "reconcile.grace_period: invalid duration",
+        "reconcile.max_actions_per_sweep: -1 is out of range",
         "reconcile.bogus: unknown key",
-        "brake.max_zombie_fraction",
-        "policy.worker_lost",
+        "brake.max_zombie_fraction: 1.5 is not a fraction",
+        "policy.worker_lost: unknown variant `explode`",
         "policy.rules[0].colour: unknown key",
+        "policy.rules[1].action: workflow_stalled is report-only",
         "nonsense: unknown section",
     ] {
         assert!(all.contains(needle), "missing {needle:?} in:\n{all}");
     }
-    assert_eq!(e.0.len(), 7, "{all}");
+    assert_eq!(e.0.len(), 8, "{all}");
 }
 
 #[test]
 fn environment_overrides_and_names_the_variable_on_error() {
-    let f = file("[reconcile]\ngrace_period = \"10s\"\n");
+    let f = file("[reconcile]\ngrace_period = \"10s\"\n[etcd]\nendpoints = [\"http://a:2379\"]\n");
     let s = load_with(
         f.path(),
         true,
@@ -110,30 +147,247 @@ fn environment_overrides_and_names_the_variable_on_error() {
                 "DS_REAPER__RECONCILE__STATES",
                 "RUNNING_EXECUTION, DISPATCH",
             ),
+            ("DS_REAPER__RATE__PER_MINUTE", "7"),
+            ("DS_REAPER__BRAKE__MAX_ZOMBIE_FRACTION", "0.25"),
+            ("DS_REAPER__LEADER__ENABLED", "false"),
+            (
+                "DS_REAPER__ETCD__ENDPOINTS",
+                "http://e1:2379,http://e2:2379",
+            ),
+            ("DS_REAPER__REGISTRY__TYPE", "etcd"),
+            ("PATH", "/bin"),
         ]),
     )
     .unwrap();
-    assert_eq!(s.grace_period, Duration::from_secs(90));
+    assert_eq!(s.reconcile.grace_period, Duration::from_secs(90));
+    assert_eq!(
+        s.grace_period,
+        Duration::from_secs(90),
+        "the flat copy follows"
+    );
     assert_eq!(s.version, VersionSetting::Line(DsLine::V2_0));
     assert_eq!(
-        s.states.as_deref().unwrap(),
+        s.reconcile.states.as_deref().unwrap(),
         ["RUNNING_EXECUTION", "DISPATCH"]
     );
+    assert_eq!(s.rate.per_minute, 7);
+    assert_eq!(s.brake.max_zombie_fraction, 0.25);
+    assert!(!s.leader.enabled);
+    assert_eq!(s.etcd.endpoints, ["http://e1:2379", "http://e2:2379"]);
+    assert_eq!(s.registry.kind, RegistryKind::Etcd);
+    assert_eq!(s.database.url.expose(), "postgres://u:hunter2@db:5432/ds");
+
     let e = load_with(
         f.path(),
         true,
         &vars(&[
             ("DS_REAPER__RECONCILE__GRACE_PERIOD", "forever"),
+            ("DS_REAPER__RATE__PER_MINUTE", "lots"),
             ("DS_REAPER__NOPE__KEY", "1"),
+            ("DS_REAPER__RECONCILE__GRACE_PERIOD__X", "1"),
+            ("DS_REAPER__POLICY__RULES", "x"),
         ]),
     )
-    .unwrap_err()
-    .to_string();
-    assert!(
-        e.contains("DS_REAPER__RECONCILE__GRACE_PERIOD (reconcile.grace_period)"),
-        "{e}"
+    .unwrap_err();
+    let all = e.to_string();
+    for needle in [
+        "DS_REAPER__RECONCILE__GRACE_PERIOD (reconcile.grace_period): invalid duration",
+        "DS_REAPER__RATE__PER_MINUTE (rate.per_minute): expected a whole number",
+        "DS_REAPER__NOPE__KEY: unknown variable",
+        "DS_REAPER__RECONCILE__GRACE_PERIOD__X: unknown variable",
+        "DS_REAPER__POLICY__RULES: policy.rules cannot be set from the environment",
+    ] {
+        assert!(all.contains(needle), "missing {needle:?} in:\n{all}");
+    }
+    assert_eq!(e.0.len(), 5, "{all}");
+}
+
+#[test]
+fn new_keys_are_read_typed() {
+    let dir = tempfile::tempdir().unwrap();
+    let pw = dir.path().join("etcd-pw");
+    std::fs::write(&pw, "etcd-secret\n").unwrap();
+    let s = load_text(&format!(
+        r#"
+[registry]
+type = "jdbc"
+[etcd]
+namespace = "ds"
+user = "root"
+password_file = "{}"
+lease_ttl = "15s"
+[jdbc_registry]
+url = "postgres://r:regpass@db/ds"
+poll_interval = "2s"
+expire_after = "9s"
+[reconcile]
+process_gone_after = "90s"
+agent_stale_after = "1m"
+hold_while_process_alive = false
+process_task_types = ["SHELL", "PYTHON"]
+workflows = false
+workflow_states = ["RUNNING_EXECUTION", "READY_STOP"]
+workflow_grace_period = "20m"
+workflow_stall_after = "1h"
+[policy]
+process_gone = "fail"
+workflow_master_lost = "recover"
+workflow_stalled = "report"
+[agent]
+worker = "10.0.1.11:1234"
+exec_base = "/data/ds"
+scan_interval = "5s"
+path = "/ops/agents/"
+listen = "0.0.0.0:9478"
+"#,
+        pw.display()
+    ))
+    .unwrap();
+    assert_eq!(s.registry.kind, RegistryKind::Jdbc);
+    assert!(s.unsupported().unwrap().contains("registry.type"));
+    assert_eq!(
+        s.etcd.password_file.as_ref().unwrap().secret().expose(),
+        "etcd-secret"
     );
-    assert!(e.contains("DS_REAPER__NOPE__KEY: unknown variable"), "{e}");
+    assert_eq!(s.etcd.lease_ttl, Duration::from_secs(15));
+    assert_eq!(
+        s.jdbc_registry.url.as_ref().unwrap().expose(),
+        "postgres://r:regpass@db/ds"
+    );
+    assert_eq!(s.jdbc_registry.expire_after, Duration::from_secs(9));
+    let r = &s.reconcile;
+    assert_eq!(r.process_gone_after, Duration::from_secs(90));
+    assert_eq!(r.agent_stale_after, Duration::from_secs(60));
+    assert!(!r.hold_while_process_alive && !r.workflows);
+    assert_eq!(
+        r.process_task_types.as_deref().unwrap(),
+        ["SHELL", "PYTHON"]
+    );
+    assert_eq!(
+        r.workflow_states.as_deref().unwrap(),
+        ["RUNNING_EXECUTION", "READY_STOP"]
+    );
+    assert_eq!(r.workflow_stall_after, Duration::from_secs(3600));
+    assert_eq!(s.policy.process_gone, Action::Fail);
+    assert_eq!(s.policy.workflow_master_lost, WorkflowAction::Recover);
+    assert_eq!(s.agent.worker, AgentWorker::Named("10.0.1.11:1234".into()));
+    assert_eq!(s.agent.path, "ops/agents");
+    assert_eq!(s.agent.listen.port(), 9478);
+    assert!(Settings::default().unsupported().is_none());
+    // the redacted output keeps the new keys and hides the registry password
+    let shown = s.to_redacted_toml();
+    assert!(shown.contains("type = \"jdbc\""), "{shown}");
+    assert!(shown.contains("postgres://r:***@db/ds"), "{shown}");
+    assert!(
+        !shown.contains("regpass") && !shown.contains("etcd-secret"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn new_keys_are_validated() {
+    let e = load_text(
+        r#"
+[registry]
+type = "consul"
+[etcd]
+endpoints = []
+lease_ttl = "100ms"
+[jdbc_registry]
+url = "redis://x"
+poll_interval = "0s"
+[reconcile]
+workflow_states = ["SUCCESS"]
+hold_while_process_alive = "perhaps"
+[policy]
+process_gone = "recover"
+workflow_master_lost = "fail"
+workflow_stalled = "recover"
+[agent]
+worker = ""
+exec_base = "relative/dir"
+listen = "nowhere"
+"#,
+    )
+    .unwrap_err();
+    let all = e.to_string();
+    for needle in [
+        "registry.type: unknown variant `consul`",
+        "etcd.endpoints: must name at least one endpoint",
+        "etcd.lease_ttl: 100ms is too short",
+        "jdbc_registry.url: must be a mysql://",
+        "jdbc_registry.poll_interval: 0s is too short",
+        "reconcile.workflow_states: \"SUCCESS\" is not a non-terminal workflow state",
+        "reconcile.hold_while_process_alive: invalid type",
+        "policy.process_gone: unknown variant `recover`",
+        "policy.workflow_master_lost: unknown variant `fail`",
+        "policy.workflow_stalled: unknown variant `recover`",
+        "agent.worker: must be \"auto\"",
+        "agent.exec_base: \"relative/dir\" must be an absolute path",
+        "agent.listen: \"nowhere\"",
+    ] {
+        assert!(all.contains(needle), "missing {needle:?} in:\n{all}");
+    }
+    assert_eq!(e.0.len(), 13, "{all}");
+    assert!(!all.contains("redis://x"), "a URL is never repeated: {all}");
+}
+
+#[test]
+fn rule_actions_must_suit_their_reason() {
+    let e = load_text(
+        r#"
+[[policy.rules]]
+reason = "workflow_stalled"
+action = "recover"
+[[policy.rules]]
+reason = "workflow_master_lost"
+action = "kill"
+[[policy.rules]]
+reason = "worker_lost"
+action = "recover"
+[[policy.rules]]
+action = "recover"
+[[policy.rules]]
+reason = "workflow_master_lost"
+action = "recover"
+workflow = "fail"
+"#,
+    )
+    .unwrap_err();
+    let all = e.to_string();
+    for needle in [
+        "policy.rules[0].action: workflow_stalled is report-only",
+        "policy.rules[1].action: workflow_master_lost takes",
+        "policy.rules[2].action: \"recover\" applies to",
+        "policy.rules[3].action: \"recover\" applies to",
+        "policy.rules[4].workflow: a follow-up applies to task actions",
+    ] {
+        assert!(all.contains(needle), "missing {needle:?} in:\n{all}");
+    }
+    assert_eq!(e.0.len(), 5, "{all}");
+}
+
+#[test]
+fn rules_for_reasons_the_planner_lacks_stay_out_of_its_policy() {
+    let s = load_text(
+        r#"
+[[policy.rules]]
+reason = "process_gone"
+action = "fail"
+[[policy.rules]]
+reason = "workflow_master_lost"
+action = "recover"
+[[policy.rules]]
+worker_group = "etl"
+action = "kill"
+"#,
+    )
+    .unwrap();
+    assert_eq!(s.policy.rules.len(), 3);
+    let p = s.policy(DsLine::V3_2);
+    assert_eq!(p.rules.len(), 1);
+    assert_eq!(p.rules[0].worker_group.as_deref(), Some("etl"));
+    assert_eq!(p.rules[0].action, Some(Action::Kill));
 }
 
 #[test]
@@ -143,31 +397,66 @@ fn secrets_never_print() {
     std::fs::write(&pw, "s3cret-pass\n").unwrap();
     let tok = dir.path().join("tok");
     std::fs::write(&tok, "tok-123").unwrap();
-    let f = file(&format!(
-        "[database]\nurl = \"mysql://ds:urlpass@h:3306/ds\"\npassword_file = \"{}\"\n[http]\ntoken_file = \"{}\"\n",
+    let s = load_text(&format!(
+        "[database]\nurl = \"mysql://ds:urlpass@h:3306/ds\"\npassword_file = \"{}\"\n\
+         [http]\ntoken_file = \"{}\"\n[jdbc_registry]\nurl = \"mysql://h/ds?password=qpass\"\n",
         pw.display(),
         tok.display()
-    ));
-    let s = load_with(f.path(), true, &[]).unwrap();
-    assert_eq!(s.db_password.as_ref().unwrap().expose(), "s3cret-pass");
+    ))
+    .unwrap();
+    let db_pw = s.database.password_file.as_ref().unwrap();
+    assert_eq!(db_pw.secret().expose(), "s3cret-pass");
+    assert_eq!(db_pw.path(), pw);
+    assert_eq!(
+        s.http.token_file.as_ref().unwrap().secret().expose(),
+        "tok-123"
+    );
     assert_eq!(s.http_token.as_ref().unwrap().expose(), "tok-123");
-    let shown = format!("{}\n{:?}", s.to_redacted_toml(), s);
-    for secret in ["s3cret-pass", "tok-123", "urlpass"] {
+    let json = serde_json::to_string(&s).unwrap();
+    let shown = format!("{}\n{:?}\n{json}", s.to_redacted_toml(), s);
+    for secret in ["s3cret-pass", "tok-123", "urlpass", "qpass"] {
         assert!(!shown.contains(secret), "{secret} leaked:\n{shown}");
     }
-    assert!(shown.contains("mysql://ds:***@h:3306/ds"));
+    assert!(shown.contains("mysql://ds:***@h:3306/ds"), "{shown}");
+    assert!(
+        shown.contains(&pw.display().to_string()),
+        "the path shows: {shown}"
+    );
 }
 
 #[test]
-fn unreadable_secret_file_is_an_error() {
-    let f = file("[http]\ntoken_file = \"/nonexistent/token\"\n");
-    let e = load_with(f.path(), true, &[]).unwrap_err().to_string();
-    assert!(e.contains("http.token_file"), "{e}");
+fn unreadable_or_empty_secret_file_is_an_error() {
+    let e = load_text("[http]\ntoken_file = \"/nonexistent/token\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("http.token_file: cannot read /nonexistent/token"),
+        "{e}"
+    );
+    let empty = file("\n");
+    let e = load_text(&format!(
+        "[database]\npassword_file = \"{}\"\n",
+        empty.path().display()
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("database.password_file:") && e.contains("is empty"),
+        "{e}"
+    );
+    // an empty value (e.g. DS_REAPER__DATABASE__PASSWORD_FILE="") means unset
+    let s = load_with(
+        Path::new("/nonexistent/ds-reaper.toml"),
+        false,
+        &vars(&[("DS_REAPER__DATABASE__PASSWORD_FILE", "")]),
+    )
+    .unwrap();
+    assert!(s.database.password_file.is_none());
 }
 
 #[test]
 fn rules_and_states_resolve_per_line() {
-    let f = file(
+    let s = load_text(
         r#"
 [reconcile]
 states = ["RUNNING_EXECUTION", "DISPATCH", "DELAY_EXECUTION"]
@@ -178,29 +467,51 @@ worker_group = "streaming"
 owner_master = "alive"
 project_code = 42
 action = "report"
+workflow = "none"
 "#,
-    );
-    let s = load_with(f.path(), true, &[]).unwrap();
-    assert_eq!(s.rules.len(), 1);
-    assert_eq!(s.rules[0].owner_master, Some(OwnerMaster::Alive));
-    assert_eq!(s.rules[0].project_code, Some(42));
+    )
+    .unwrap();
+    assert_eq!(s.policy.rules.len(), 1);
+    assert_eq!(s.policy.rules[0].owner_master, Some(OwnerMaster::Alive));
+    assert_eq!(s.policy.rules[0].project_code, Some(42));
     let (codes, unknown) = s.live_states(DsLine::V1_3);
     assert_eq!(codes, vec![1]);
     assert_eq!(unknown, vec!["DISPATCH", "DELAY_EXECUTION"]);
     let (codes, unknown) = s.live_states(DsLine::V3_2);
     assert_eq!(codes, vec![1, 17, 12]);
     assert!(unknown.is_empty());
-    assert_eq!(s.policy(DsLine::V3_2).worker_lost, Action::Fail);
+    let p = s.policy(DsLine::V3_2);
+    assert_eq!(p.worker_lost, Action::Fail);
+    assert_eq!(p.rules[0].workflow, Some(FollowUp::None));
+    assert_eq!(p.grace_period, s.reconcile.grace_period);
     // the effective config round-trips through the loader
-    let again = file(&s.to_redacted_toml());
-    let s2 = load_with(again.path(), true, &[]).unwrap();
-    assert_eq!(s2.rules, s.rules);
-    assert_eq!(s2.states, s.states);
+    let s2 = load_text(&s.to_redacted_toml()).unwrap();
+    assert_eq!(s2.policy.rules, s.policy.rules);
+    assert_eq!(s2.reconcile, s.reconcile);
 }
 
 #[test]
-fn finished_states_are_refused() {
-    let f = file("[reconcile]\nstates = [\"SUCCESS\"]\n");
-    let e = load_with(f.path(), true, &[]).unwrap_err().to_string();
-    assert!(e.contains("finished state"), "{e}");
+fn finished_and_unknown_states_are_refused() {
+    let e = load_text("[reconcile]\nstates = [\"SUCCESS\", \"RUNNING\"]\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("\"SUCCESS\" is a finished state"), "{e}");
+    assert!(e.contains("\"RUNNING\" is not a task state"), "{e}");
+    let e = load_text("[reconcile]\nstates = []\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("must name at least one state"), "{e}");
+}
+
+#[test]
+fn a_section_that_is_not_a_table_is_an_error() {
+    let e = load_text("reconcile = 5\n").unwrap_err().to_string();
+    assert_eq!(e, "reconcile: must be a table");
+}
+
+#[test]
+fn quoted_booleans_and_numbers_in_the_file_are_read_as_before() {
+    let s = load_text("[leader]\nenabled = \"false\"\n[rate]\nper_minute = \"60\"\n").unwrap();
+    assert!(!s.leader.enabled);
+    assert_eq!(s.rate.per_minute, 60);
 }

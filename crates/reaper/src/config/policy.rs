@@ -1,0 +1,139 @@
+//! What the rest of the daemon asks of the settings: the planner's policy and
+//! the live states for a line, the checks that span several keys, and what
+//! this build cannot do yet.
+
+use super::choices::{ReasonName, RegistryKind, RuleAction};
+use super::sections::{RuleEntry, Settings};
+use reaper_core::{BrakeConfig, DsLine, Rule};
+
+impl Settings {
+    /// The planner's policy for a line.
+    pub fn policy(&self, line: DsLine) -> reaper_core::Policy {
+        let p = &self.policy;
+        let r = &self.reconcile;
+        let b = &self.brake;
+        reaper_core::Policy {
+            line,
+            worker_lost: p.worker_lost,
+            worker_restarted: p.worker_restarted,
+            heartbeat_stale: p.heartbeat_stale,
+            master_lost: p.master_lost,
+            no_host: p.no_host,
+            workflow: p.workflow,
+            rules: p.rules.iter().filter_map(RuleEntry::to_core).collect(),
+            grace_period: r.grace_period,
+            heartbeat_stale_after: r.heartbeat_stale_after,
+            no_host_after: r.no_host_after,
+            clock_skew_tolerance: r.clock_skew_tolerance,
+            startup_settle: r.startup_settle,
+            max_actions_per_sweep: r.max_actions_per_sweep,
+            rate_per_minute: self.rate.per_minute,
+            brake: BrakeConfig {
+                window: b.window,
+                max_lost_worker_fraction: b.max_lost_worker_fraction,
+                max_zombie_fraction: b.max_zombie_fraction,
+                min_zombies: b.min_zombies,
+                release_after: b.release_after,
+            },
+            unseen_absence: reaper_core::UnseenAbsence::SinceViewValid,
+        }
+    }
+
+    /// The state codes to read on a line, and the names it does not have
+    /// (warned about once at start).
+    pub fn live_states(&self, line: DsLine) -> (Vec<i32>, Vec<String>) {
+        match &self.reconcile.states {
+            None => (line.default_live_states(), Vec::new()),
+            Some(names) => {
+                let mut codes = Vec::new();
+                let mut unknown = Vec::new();
+                for n in names {
+                    match line.state_code(n) {
+                        Some(c) if !codes.contains(&c) => codes.push(c),
+                        Some(_) => {}
+                        None => unknown.push(n.clone()),
+                    }
+                }
+                (codes, unknown)
+            }
+        }
+    }
+
+    /// A configured feature this build does not have yet, for the commands
+    /// that would use it to refuse (`config check` accepts it: the key is valid).
+    pub fn unsupported(&self) -> Option<String> {
+        match self.registry.kind {
+            RegistryKind::Zookeeper => None,
+            other => Some(format!(
+                "registry.type = {:?} is not supported by this build yet; use \"zookeeper\"",
+                other.as_str()
+            )),
+        }
+    }
+
+    /// Problems that span keys, as (key, message).
+    pub(super) fn cross_checks(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for (i, rule) in self.policy.rules.iter().enumerate() {
+            let key = |k: &str| format!("policy.rules[{i}].{k}");
+            if let Some(why) = rule.action_problem() {
+                out.push((key("action"), why));
+            }
+            if rule.workflow.is_some() && rule.reason.is_some_and(ReasonName::is_workflow) {
+                out.push((
+                    key("workflow"),
+                    "a follow-up applies to task actions; workflow findings have none".into(),
+                ));
+            }
+        }
+        out
+    }
+}
+
+impl RuleEntry {
+    /// The rule as the planner takes it; None for a rule that can only match
+    /// findings the planner does not produce yet.
+    pub fn to_core(&self) -> Option<Rule> {
+        let reason = match self.reason {
+            Some(r) => Some(r.core()?),
+            None => None,
+        };
+        let action = match self.action {
+            Some(a) => Some(a.task_action()?),
+            None => None,
+        };
+        Some(Rule {
+            reason,
+            worker_group: self.worker_group.clone(),
+            task_type: self.task_type.clone(),
+            project_code: self.project_code,
+            owner_master: self.owner_master,
+            action,
+            workflow: self.workflow,
+        })
+    }
+
+    /// Whether the action suits the reason (SPEC §13: `workflow_stalled` is
+    /// report-only, `recover` is for `workflow_master_lost` only).
+    fn action_problem(&self) -> Option<String> {
+        let action = self.action?;
+        match (self.reason, action) {
+            (Some(ReasonName::WorkflowStalled), RuleAction::Report) => None,
+            (Some(ReasonName::WorkflowStalled), _) => {
+                Some("workflow_stalled is report-only; the action must be \"report\"".into())
+            }
+            (Some(ReasonName::WorkflowMasterLost), RuleAction::Report | RuleAction::Recover) => {
+                None
+            }
+            (Some(ReasonName::WorkflowMasterLost), _) => {
+                Some("workflow_master_lost takes \"report\" or \"recover\"".into())
+            }
+            (_, RuleAction::Recover) => Some(
+                "\"recover\" applies to reason = \"workflow_master_lost\" only; \
+                 tasks take report, fail, fault-tolerance or kill"
+                    .into(),
+            ),
+            _ => None,
+        }
+    }
+}
