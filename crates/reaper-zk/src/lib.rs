@@ -19,6 +19,7 @@
 
 mod leader;
 mod listing;
+mod port;
 mod registry;
 mod session;
 mod watch;

@@ -1,0 +1,73 @@
+//! The ZooKeeper adapter behind the engine's ports (`reaper_core::ports`).
+
+use crate::{LeaderElection, Registry};
+use reaper_core::ports::{
+    BoxFuture, Leadership, PortError, RegistrySource, RegistryStats, ViewWatch,
+};
+use reaper_core::registry::Detected;
+use reaper_core::RegistryView;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+struct Watch(watch::Receiver<Arc<RegistryView>>);
+
+impl ViewWatch for Watch {
+    fn changed(&mut self) -> BoxFuture<'_, bool> {
+        Box::pin(async move { self.0.changed().await.is_ok() })
+    }
+}
+
+impl RegistrySource for Registry {
+    fn kind(&self) -> &'static str {
+        "zookeeper"
+    }
+
+    fn view(&self) -> Arc<RegistryView> {
+        Registry::view(self)
+    }
+
+    fn watch(&self) -> Box<dyn ViewWatch> {
+        let mut rx = self.subscribe();
+        rx.mark_unchanged();
+        Box::new(Watch(rx))
+    }
+
+    fn detected(&self) -> Detected {
+        Registry::detected(self)
+    }
+
+    fn stats(&self) -> RegistryStats {
+        let s = Registry::stats(self);
+        RegistryStats {
+            session_expirations: s.session_expirations,
+            errors: s.errors,
+            reconnects: s.reconnects,
+        }
+    }
+
+    fn delete_task_queue_entries(&self, task_id: i64) -> BoxFuture<'_, Result<usize, PortError>> {
+        Box::pin(async move {
+            Registry::delete_task_queue_entries(self, task_id)
+                .await
+                .map_err(|e| PortError::Unavailable(e.to_string()))
+        })
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(Registry::close(self))
+    }
+}
+
+impl Leadership for LeaderElection {
+    fn is_leader(&self) -> bool {
+        LeaderElection::is_leader(self)
+    }
+
+    fn leader_id(&self) -> Option<String> {
+        LeaderElection::leader_id(self)
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(LeaderElection::close(self))
+    }
+}
