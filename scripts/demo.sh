@@ -3,8 +3,13 @@
 # the local services, builds ds-reaper and the simulator, then runs
 # `ds-sim demo`: a simulated DS 3.2 cluster loses a worker and its master, and
 # ds-reaper finds, fails and recovers the orphaned tasks, step by step.
-# Exits non-zero when the expected reaping did not happen.
+# Exits non-zero when the expected reaping did not happen. Needs only this
+# repository: the DS tables come from ds-sim's own description of them
+# (crates/ds-sim/src/schema.rs, checked against the real DS schemas by
+# crates/ds-sim/tests/schema_agreement.rs); `--schema files` loads the real DS
+# schema file from $DS_SCHEMA_DIR instead.
 #   scripts/demo.sh [--hold-seconds N]   (keeps the status page up N s at the end)
+#   scripts/demo.sh --schema files|described|auto
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

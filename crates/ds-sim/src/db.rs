@@ -1,9 +1,11 @@
 //! DS schemas and rows in a real database: a fresh, uniquely named database per
-//! [`SimDb`], loaded with the real DS schema of a fixture, plus helpers to
+//! [`SimDb`], loaded with the real DS schema of a fixture (or created from
+//! ds-sim's own description of it, [`crate::schema`]), plus helpers to
 //! write workflows and tasks the way DS lays them out on each line. Columns
 //! that releases of one line add or drop (`test_flag`, `project_code`, …) are
 //! written only where the loaded schema has them, as its catalog says.
 
+use crate::schema::{self, Release};
 use anyhow::{bail, Context, Result};
 use chrono::NaiveDateTime;
 use reaper_core::DsLine;
@@ -38,6 +40,27 @@ pub fn schema_dir() -> PathBuf {
     std::env::var_os("DS_SCHEMA_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/work/shared/ds-schema"))
+}
+
+/// The fixture's real DS schema file for `kind`.
+pub fn schema_file(kind: SimKind, fixture: &str) -> PathBuf {
+    schema_dir().join(fixture).join(match kind {
+        SimKind::MySql => "mysql.sql",
+        SimKind::Postgres => "postgresql.sql",
+    })
+}
+
+/// Where [`SimDb::create_with`] takes a fixture's tables from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchemaSource {
+    /// The real DS schema file under [`schema_dir`] (`../shared/ds-schema`,
+    /// or `$DS_SCHEMA_DIR`): every table, index and row DS creates.
+    Files,
+    /// ds-sim's own description ([`crate::schema`]): the tables and columns
+    /// ds-reaper and the simulator use, from the repository alone.
+    Described,
+    /// The file when it exists, else the description.
+    Auto,
 }
 
 pub fn server_url(kind: SimKind) -> String {
@@ -149,6 +172,8 @@ pub struct SimDb {
     pub kind: SimKind,
     pub fixture: String,
     pub line: DsLine,
+    /// Where the tables came from: [`SchemaSource::Files`] or [`SchemaSource::Described`].
+    pub source: SchemaSource,
     name: String,
     server: String,
     url: String,
@@ -158,14 +183,37 @@ pub struct SimDb {
 }
 
 impl SimDb {
-    /// Creates a fresh database on the local server and loads the fixture's schema.
+    /// Creates a fresh database on the local server and loads the fixture's
+    /// real DS schema from [`schema_dir`] (what the tests use).
     pub async fn create(kind: SimKind, fixture: &str) -> Result<SimDb> {
-        let file = schema_dir().join(fixture).join(match kind {
-            SimKind::MySql => "mysql.sql",
-            SimKind::Postgres => "postgresql.sql",
-        });
-        let ddl = std::fs::read_to_string(&file)
-            .with_context(|| format!("reading schema {}", file.display()))?;
+        SimDb::create_with(kind, fixture, SchemaSource::Files).await
+    }
+
+    /// Creates a fresh database with the fixture's tables taken from `source`.
+    pub async fn create_with(kind: SimKind, fixture: &str, source: SchemaSource) -> Result<SimDb> {
+        let file = schema_file(kind, fixture);
+        let source = match source {
+            SchemaSource::Auto if file.is_file() => SchemaSource::Files,
+            SchemaSource::Auto => SchemaSource::Described,
+            s => s,
+        };
+        let statements = match source {
+            SchemaSource::Described => {
+                let release = Release::from_fixture(fixture).with_context(|| {
+                    format!(
+                        "ds-sim has no description of fixture {fixture} (described: {})",
+                        Release::ALL.map(Release::fixture).join(", ")
+                    )
+                })?;
+                schema::ddl(kind, release)
+            }
+            _ => vec![std::fs::read_to_string(&file)
+                .with_context(|| format!("reading schema {}", file.display()))?],
+        };
+        let what = match source {
+            SchemaSource::Described => format!("ds-sim's description of {fixture}"),
+            _ => file.display().to_string(),
+        };
         let name = format!(
             "dsr_{}_{}_{}_{}",
             fixture.replace('.', ""),
@@ -188,10 +236,12 @@ impl SimDb {
                     .max_connections(4)
                     .connect(&url)
                     .await?;
-                sqlx::raw_sql(&ddl)
-                    .execute(&p)
-                    .await
-                    .with_context(|| format!("loading {}", file.display()))?;
+                for sql in &statements {
+                    sqlx::raw_sql(sql)
+                        .execute(&p)
+                        .await
+                        .with_context(|| format!("loading {what}"))?;
+                }
                 SimPool::My(p)
             }
             SimKind::Postgres => {
@@ -206,10 +256,12 @@ impl SimDb {
                     .max_connections(4)
                     .connect(&url)
                     .await?;
-                sqlx::raw_sql(&ddl)
-                    .execute(&p)
-                    .await
-                    .with_context(|| format!("loading {}", file.display()))?;
+                for sql in &statements {
+                    sqlx::raw_sql(sql)
+                        .execute(&p)
+                        .await
+                        .with_context(|| format!("loading {what}"))?;
+                }
                 SimPool::Pg(p)
             }
         };
@@ -218,6 +270,7 @@ impl SimDb {
             kind,
             fixture: fixture.to_string(),
             line: fixture_line(fixture),
+            source,
             name,
             server,
             url,

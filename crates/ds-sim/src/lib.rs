@@ -1,8 +1,11 @@
 //! A simulated DolphinScheduler cluster: real ZooKeeper sessions that register
 //! workers and masters with the exact paths and heartbeat data of each DS line
-//! ([`zk`]), and real DS schemas with workflows and tasks in a database ([`db`]).
+//! ([`zk`]), and DS schemas with workflows and tasks in a database ([`db`]):
+//! the real schema files of `../shared/ds-schema`, or ds-sim's own
+//! description of the tables it and ds-reaper use ([`schema`]).
 //! Tests, the demo and the benchmarks all use this one implementation.
 
 pub mod db;
+pub mod schema;
 pub mod zk;
 pub mod zkserver;

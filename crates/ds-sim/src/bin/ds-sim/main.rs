@@ -7,7 +7,7 @@
 use anyhow::{bail, Context, Result};
 use chrono::{Duration as TimeDelta, Utc};
 use clap::{Parser, Subcommand};
-use ds_sim::db::{SimDb, SimKind, TaskSpec, WorkflowSpec};
+use ds_sim::db::{SchemaSource, SimDb, SimKind, TaskSpec, WorkflowSpec};
 use ds_sim::zk::{delete_tree, ServerKind, SimServer};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -34,6 +34,11 @@ enum Cmd {
         /// Keep everything up this long after the reaping, to browse the status page.
         #[arg(long, default_value = "0")]
         hold_seconds: u64,
+        /// Where the DS tables come from: ds-sim's own description of them
+        /// (the default: needs nothing beyond the repository), the real DS
+        /// schema file under $DS_SCHEMA_DIR, or the file when present.
+        #[arg(long, value_enum, default_value_t = SchemaArg::Described)]
+        schema: SchemaArg,
     },
     /// Reap throughput: N zombies reaped by the daemon vs one raw batched UPDATE.
     BenchReap {
@@ -56,9 +61,13 @@ enum Cmd {
     },
     /// A simulated cluster (database + registry) kept up until Ctrl-C.
     Cluster {
-        /// Schema fixture: 1.2.1, 1.3.9, 2.0.9, 3.1.9, 3.2.2, dev.
+        /// Schema fixture: 1.2.1, 1.3.9, 2.0.9, 3.1.9, 3.2.2, dev, 3.3.2, 3.4.0.
         #[arg(long, default_value = "3.2.2")]
         fixture: String,
+        /// Where the DS tables come from: the real DS schema file under
+        /// $DS_SCHEMA_DIR when it exists, else ds-sim's own description (auto).
+        #[arg(long, value_enum, default_value_t = SchemaArg::Auto)]
+        schema: SchemaArg,
         /// Use PostgreSQL instead of MariaDB.
         #[arg(long)]
         postgres: bool,
@@ -71,6 +80,42 @@ enum Cmd {
         #[arg(long)]
         root: Option<String>,
     },
+}
+
+/// `--schema`: where the DS tables come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum SchemaArg {
+    /// ds-sim's own description of the tables ds-reaper and the simulator use.
+    Described,
+    /// The real DS schema file under $DS_SCHEMA_DIR.
+    Files,
+    /// The file when it exists, else the description.
+    Auto,
+}
+
+impl From<SchemaArg> for SchemaSource {
+    fn from(a: SchemaArg) -> SchemaSource {
+        match a {
+            SchemaArg::Described => SchemaSource::Described,
+            SchemaArg::Files => SchemaSource::Files,
+            SchemaArg::Auto => SchemaSource::Auto,
+        }
+    }
+}
+
+/// Where a database's tables came from, in words.
+fn schema_origin(db: &SimDb) -> String {
+    let kind = match db.kind {
+        SimKind::MySql => "mysql.sql",
+        SimKind::Postgres => "postgresql.sql",
+    };
+    match db.source {
+        SchemaSource::Described => format!(
+            "tables from ds-sim's own description of DS {} (crates/ds-sim/src/schema.rs)",
+            db.fixture
+        ),
+        _ => format!("schema from $DS_SCHEMA_DIR/{}/{kind}", db.fixture),
+    }
 }
 
 fn zk_connect() -> String {
@@ -102,7 +147,8 @@ async fn main() {
         Cmd::Demo {
             reaper,
             hold_seconds,
-        } => demo(reaper, hold_seconds).await,
+            schema,
+        } => demo(reaper, hold_seconds, schema.into()).await,
         Cmd::BenchReap { reaper, zombies } => bench::reap(reaper, zombies).await,
         Cmd::BenchSteady {
             reaper,
@@ -112,11 +158,12 @@ async fn main() {
         } => bench::steady(reaper, workers, rows, seconds).await,
         Cmd::Cluster {
             fixture,
+            schema,
             postgres,
             workers,
             tasks,
             root,
-        } => cluster(&fixture, postgres, workers, tasks, root).await,
+        } => cluster(&fixture, schema.into(), postgres, workers, tasks, root).await,
     };
     if let Err(e) = r {
         eprintln!("\nds-sim: FAILED: {e:#}");
@@ -128,6 +175,7 @@ async fn main() {
 
 async fn cluster(
     fixture: &str,
+    schema: SchemaSource,
     postgres: bool,
     workers: usize,
     tasks: usize,
@@ -138,7 +186,7 @@ async fn cluster(
     } else {
         SimKind::MySql
     };
-    let db = SimDb::create(kind, fixture).await?;
+    let db = SimDb::create_with(kind, fixture, schema).await?;
     let root = root.unwrap_or_else(|| format!("/ds-sim-{}/dolphinscheduler", std::process::id()));
     let zk = zk_connect();
     let started = Utc::now() - TimeDelta::hours(1);
@@ -177,6 +225,7 @@ async fn cluster(
     }
     println!("simulated DS {fixture} cluster is up (Ctrl-C to stop and clean up)");
     println!("  database url : {}", db.url());
+    println!("  schema       : {}", schema_origin(&db));
     println!("  zookeeper    : {zk}");
     println!("  root         : {root}");
     println!("  master       : 10.0.0.1:5678");
@@ -361,25 +410,26 @@ fn reaper_binary(arg: Option<PathBuf>) -> Result<PathBuf> {
     Ok(p)
 }
 
-async fn demo(reaper: Option<PathBuf>, hold: u64) -> Result<()> {
+async fn demo(reaper: Option<PathBuf>, hold: u64, schema: SchemaSource) -> Result<()> {
     let bin = reaper_binary(reaper)?;
     let t0 = Instant::now();
     println!("ds-reaper demo: a worker of a DolphinScheduler 3.2 cluster crashes");
     println!("=================================================================");
     explain(
-        "A simulated DS 3.2.2 cluster (real ZooKeeper sessions, the real DS schema in\n\
+        "A simulated DS 3.2.2 cluster (real ZooKeeper sessions, DS 3.2.2's tables in\n\
          MariaDB) loses one worker together with the master that owned its workflows.\n\
          ds-reaper finds the orphaned RUNNING tasks, fails them, and hands the workflow\n\
          back to DS's 'recover from failed node' path.",
     );
 
     heading(1, "a fresh database with the DS 3.2.2 schema");
-    let db = SimDb::create(SimKind::MySql, "3.2.2")
+    let db = SimDb::create_with(SimKind::MySql, "3.2.2", schema)
         .await
         .context("creating the demo database (is MariaDB up? bash deploy/dev/services.sh start)")?;
     explain(&format!(
-        "database `{}` on MariaDB, schema from $DS_SCHEMA_DIR/3.2.2/mysql.sql",
-        db.name()
+        "database `{}` on MariaDB, {}",
+        db.name(),
+        schema_origin(&db)
     ));
     let zk = zk_connect();
     let root = format!(
