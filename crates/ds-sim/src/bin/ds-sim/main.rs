@@ -422,7 +422,7 @@ async fn demo(reaper: Option<PathBuf>, hold: u64, schema: SchemaSource) -> Resul
          back to DS's 'recover from failed node' path.",
     );
 
-    heading(1, "a fresh database with the DS 3.2.2 schema");
+    heading(1, "a fresh database with DS 3.2.2's tables");
     let db = SimDb::create_with(SimKind::MySql, "3.2.2", schema)
         .await
         .context("creating the demo database (is MariaDB up? bash deploy/dev/services.sh start)")?;
