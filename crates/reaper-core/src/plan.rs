@@ -320,14 +320,7 @@ fn judge(
         Reason::NoHost
     };
 
-    let owner_master = c
-        .workflow_host
-        .as_deref()
-        .filter(|h| !host::is_empty(Some(h)))
-        .map(|h| host::normalize(h).into_owned());
-    let owner_master_alive = owner_master
-        .as_deref()
-        .is_some_and(|h| view.live(NodeKind::Master, h).is_some());
+    let (owner_master, owner_master_alive) = owner_master(view, c);
 
     let facts = RuleFacts {
         reason,
@@ -376,6 +369,20 @@ fn judge(
         note,
         disposition,
     })
+}
+
+/// The owning master of a task's workflow (its `host`, None when
+/// `NULL`/empty) and whether it is live in the view: the one owner rule.
+pub fn owner_master(view: &RegistryView, c: &Candidate) -> (Option<String>, bool) {
+    let owner = c
+        .workflow_host
+        .as_deref()
+        .filter(|h| !host::is_empty(Some(h)))
+        .map(|h| host::normalize(h).into_owned());
+    let alive = owner
+        .as_deref()
+        .is_some_and(|h| view.live(NodeKind::Master, h).is_some());
+    (owner, alive)
 }
 
 /// Why `recover` is not taken while the owning master lives (SPEC §5): on

@@ -2,10 +2,11 @@
 //! loop, HTTP server, systemd notifications and graceful shutdown.
 
 use crate::config::{Settings, VersionSetting};
-use crate::engine::{next_deadline, Engine, SharedEngine, Trigger};
+use crate::engine::{next_deadline, Engine, Ports, SharedEngine, Trigger};
 use crate::metrics::Metrics;
+use crate::sql_port::SqlStore;
 use anyhow::Context;
-use chrono::Utc;
+use reaper_core::ports::{Leadership, SystemClock};
 use reaper_core::{RegistryView, ViewState};
 use reaper_sql::{Db, DbSettings};
 use reaper_zk::{LeaderElection, Registry, ZkSettings};
@@ -45,7 +46,8 @@ pub fn db_settings(s: &Settings) -> DbSettings {
     }
 }
 
-/// Builds the engine; with `elect`, also joins the leader election.
+/// Builds the engine on the real adapters; with `elect`, also joins the
+/// leader election.
 pub fn build(
     settings: Settings,
     cancel: &CancellationToken,
@@ -60,15 +62,20 @@ pub fn build(
             std::env::var("HOSTNAME").unwrap_or_else(|_| "ds-reaper".into()),
             std::process::id()
         );
-        LeaderElection::start(zk, settings.leader.path.clone(), id, cancel.child_token())
+        Arc::new(LeaderElection::start(
+            zk,
+            settings.leader.path.clone(),
+            id,
+            cancel.child_token(),
+        )) as Arc<dyn Leadership>
     });
-    Ok(Arc::new(Engine::new(
-        settings,
-        db,
-        registry,
+    let ports = Ports {
+        store: Arc::new(SqlStore::new(db)),
+        registry: Arc::new(registry),
         leader,
-        Metrics::new(),
-    )))
+        clock: Arc::new(SystemClock),
+    };
+    Ok(Arc::new(Engine::new(settings, ports, Metrics::new())))
 }
 
 /// Membership and validity, ignoring heartbeat data: a change here is worth a sweep.
@@ -80,34 +87,36 @@ fn membership(v: &RegistryView) -> (bool, Vec<String>, Vec<String>) {
     (matches!(v.state, ViewState::Valid { .. }), w, m)
 }
 
-fn to_tokio(at: chrono::DateTime<Utc>) -> tokio::time::Instant {
-    let d = (at - Utc::now()).to_std().unwrap_or(Duration::ZERO);
+/// How far ahead an instant on the engine's clock lies, as a tokio instant.
+fn to_tokio(engine: &Engine, at: reaper_core::Instant) -> tokio::time::Instant {
+    let d = (at - engine.now()).to_std().unwrap_or(Duration::ZERO);
     tokio::time::Instant::now() + d
 }
 
-async fn sweeper(engine: SharedEngine, cancel: CancellationToken) {
-    let mut views = engine.registry.subscribe();
+/// Bursts of membership changes (a whole rack leaving) within this window
+/// make one sweep.
+pub const COALESCE: Duration = Duration::from_millis(300);
+
+/// The sweeper loop: a sweep every `sweep_interval`, at each grace or settle
+/// deadline, and shortly after membership changes; systemd watchdog pings.
+pub async fn sweeper(engine: SharedEngine, cancel: CancellationToken) {
+    let mut views = engine.watch();
     let interval = engine
         .settings
         .reconcile
         .sweep_interval
         .max(Duration::from_millis(100));
     let mut next_tick = tokio::time::Instant::now() + interval;
-    let mut last = membership(&engine.registry.view());
-    let mut lost_seen: std::collections::HashSet<String> = engine
-        .registry
-        .view()
-        .lost_workers
-        .keys()
-        .cloned()
-        .collect();
+    let mut last = membership(&engine.view());
+    let mut lost_seen: std::collections::HashSet<String> =
+        engine.view().lost_workers.keys().cloned().collect();
     let mut watchdog = tokio::time::interval(Duration::from_secs(5));
     let mut ready_sent = false;
     let mut pending_event: Option<tokio::time::Instant> = None;
     loop {
-        let view = engine.registry.view();
-        let deadline = next_deadline(&view, &engine.settings, Utc::now())
-            .map(|d| to_tokio(d) + Duration::from_millis(20));
+        let view = engine.view();
+        let deadline = next_deadline(&view, &engine.settings, engine.now())
+            .map(|d| to_tokio(&engine, d) + Duration::from_millis(20));
         let mut wake = next_tick;
         for d in [deadline, pending_event].into_iter().flatten() {
             wake = wake.min(d);
@@ -124,18 +133,16 @@ async fn sweeper(engine: SharedEngine, cancel: CancellationToken) {
                 if tokio::time::Instant::now() >= next_tick {
                     next_tick = tokio::time::Instant::now() + interval;
                 }
-                let s = engine.sweep(trigger).await;
-                tracing::debug!(result = %s.result, kind = s.kind, candidates = s.candidates,
-                    zombies = s.zombies, actions = s.actions, "sweep");
+                engine.sweep(trigger).await;
             }
             changed = views.changed() => {
-                if changed.is_err() {
+                if !changed {
                     // the registry loop ended (shutdown): keep ticking until cancelled
-                    views = engine.registry.subscribe();
+                    views = engine.watch();
                     tokio::time::sleep(Duration::from_millis(200)).await;
                     continue;
                 }
-                let v = views.borrow_and_update().clone();
+                let v = engine.view();
                 // A host counts once per loss: re-listings after a reconnect
                 // restamp absent hosts but do not lose them again.
                 let now_lost: std::collections::HashSet<String> = v.lost_workers.keys().cloned().collect();
@@ -145,8 +152,7 @@ async fn sweeper(engine: SharedEngine, cancel: CancellationToken) {
                 let m = membership(&v);
                 if m != last {
                     last = m;
-                    // Coalesce bursts (a whole rack leaving) into one sweep.
-                    pending_event.get_or_insert(tokio::time::Instant::now() + Duration::from_millis(300));
+                    pending_event.get_or_insert(tokio::time::Instant::now() + COALESCE);
                 }
             }
             _ = watchdog.tick() => {
@@ -222,10 +228,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         let _ = sweep.await;
         // Closing the sessions at once hands leadership to a standby now,
         // not after a session timeout.
-        if let Some(l) = &engine.leader {
-            l.close().await;
-        }
-        engine.registry.close().await;
+        engine.close().await;
         let _ = server.await;
     };
     if tokio::time::timeout(SHUTDOWN_DEADLINE, drain)

@@ -4,15 +4,62 @@
 
 use reaper_core::{Evidence, Instant};
 use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
 use std::io::{BufRead, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+/// What an audit record says happened (SPEC §10).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuditEvent {
+    /// A zombie first seen (once, whatever the action).
+    Detected,
+    /// A write about to be made: on disk before the write starts.
+    Intent,
+    Done,
+    LostRace,
+    Error,
+    /// The brake engaged or released.
+    Brake,
+}
+
+impl AuditEvent {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditEvent::Detected => "detected",
+            AuditEvent::Intent => "intent",
+            AuditEvent::Done => "done",
+            AuditEvent::LostRace => "lost_race",
+            AuditEvent::Error => "error",
+            AuditEvent::Brake => "brake",
+        }
+    }
+
+    /// An outcome closes an intent.
+    pub fn is_outcome(self) -> bool {
+        matches!(
+            self,
+            AuditEvent::Done | AuditEvent::LostRace | AuditEvent::Error
+        )
+    }
+}
+
+/// What a record is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordKind {
+    Task,
+    Workflow,
+}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Record {
     pub ts: Instant,
-    /// detected | intent | done | lost_race | error | brake
-    pub event: String,
+    pub event: AuditEvent,
+    /// task | workflow; None for records about the daemon (brake).
+    #[serde(default)]
+    pub kind: Option<RecordKind>,
     pub task_id: Option<i64>,
     pub workflow_instance_id: Option<i64>,
     pub task_name: Option<String>,
@@ -33,10 +80,11 @@ pub struct Record {
 }
 
 impl Record {
-    pub fn event(event: &str, actor: &str, ts: Instant) -> Record {
+    pub fn event(event: AuditEvent, actor: &str, ts: Instant) -> Record {
         Record {
             ts,
-            event: event.to_string(),
+            event,
+            kind: None,
             task_id: None,
             workflow_instance_id: None,
             task_name: None,
@@ -55,6 +103,10 @@ impl Record {
     }
 }
 
+/// Records kept in memory for `/api/v1/audit` and the dangling-intent check,
+/// so that neither re-reads a file that only grows.
+pub const TAIL: usize = 10_000;
+
 #[derive(Debug, thiserror::Error)]
 #[error("audit file {path}: {source}")]
 pub struct AuditError {
@@ -66,6 +118,8 @@ pub struct AuditError {
 pub struct Audit {
     path: PathBuf,
     file: Mutex<Option<std::fs::File>>,
+    /// The latest [`TAIL`] records; None until read from the file once.
+    tail: Mutex<Option<VecDeque<Record>>>,
 }
 
 impl Audit {
@@ -73,6 +127,7 @@ impl Audit {
         Audit {
             path: path.into(),
             file: Mutex::new(None),
+            tail: Mutex::new(None),
         }
     }
 
@@ -110,8 +165,8 @@ impl Audit {
         Ok(f)
     }
 
-    /// Appends records as one write and fsyncs (blocking; call from spawn_blocking
-    /// or accept the short block: audit writes precede DB writes by design).
+    /// Appends records as one write and fsyncs. Blocking: the engine calls
+    /// it through [`Audit::append_blocking`] off the async worker threads.
     pub fn append(&self, records: &[Record]) -> Result<(), AuditError> {
         if records.is_empty() {
             return Ok(());
@@ -121,40 +176,76 @@ impl Audit {
             serde_json::to_writer(&mut buf, r).map_err(|e| self.err(e.into()))?;
             buf.push(b'\n');
         }
-        let mut guard = self.file.lock().unwrap_or_else(|p| p.into_inner());
-        if guard.is_none() {
-            *guard = Some(self.open()?);
+        {
+            let mut guard = self.file.lock().unwrap_or_else(|p| p.into_inner());
+            if guard.is_none() {
+                *guard = Some(self.open()?);
+            }
+            let f = guard.as_mut().expect("opened above");
+            let res = f.write_all(&buf).and_then(|_| f.sync_data());
+            if let Err(e) = res {
+                // Reopen next time: the handle may be broken (disk replaced, rotated).
+                *guard = None;
+                return Err(self.err(e));
+            }
         }
-        let f = guard.as_mut().expect("opened above");
-        let res = f.write_all(&buf).and_then(|_| f.sync_data());
-        if let Err(e) = res {
-            // Reopen next time: the handle may be broken (disk replaced, rotated).
-            *guard = None;
-            return Err(self.err(e));
+        let mut tail = self.tail.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = tail.as_mut() {
+            for r in records {
+                if t.len() == TAIL {
+                    t.pop_front();
+                }
+                t.push_back(r.clone());
+            }
         }
         Ok(())
     }
 
-    /// The latest `limit` records, oldest first. Torn or foreign lines are skipped.
+    /// [`Audit::append`] on tokio's blocking pool: an fsync must not stall
+    /// the workers that serve HTTP and the registry session.
+    pub async fn append_blocking(self: &Arc<Self>, records: Vec<Record>) -> Result<(), AuditError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let me = self.clone();
+        match tokio::task::spawn_blocking(move || me.append(&records)).await {
+            Ok(r) => r,
+            Err(e) => Err(self.err(std::io::Error::other(e.to_string()))),
+        }
+    }
+
+    /// The latest `limit` records (at most [`TAIL`]), oldest first. The file
+    /// is read once; later records come from memory. Torn or foreign lines
+    /// are skipped.
     pub fn tail(&self, limit: usize) -> Result<Vec<Record>, AuditError> {
+        let mut guard = self.tail.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.is_none() {
+            *guard = Some(self.read_tail()?);
+        }
+        let t = guard.as_ref().expect("read above");
+        Ok(t.iter()
+            .skip(t.len().saturating_sub(limit))
+            .cloned()
+            .collect())
+    }
+
+    fn read_tail(&self) -> Result<VecDeque<Record>, AuditError> {
         let f = match std::fs::File::open(&self.path) {
             Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(VecDeque::new()),
             Err(e) => return Err(self.err(e)),
         };
-        let mut ring = std::collections::VecDeque::with_capacity(limit.min(10_000));
+        let mut ring = VecDeque::with_capacity(TAIL);
         for line in std::io::BufReader::new(f).lines() {
             let Ok(line) = line else { continue };
             if let Ok(r) = serde_json::from_str::<Record>(&line) {
-                if ring.len() == limit {
+                if ring.len() == TAIL {
                     ring.pop_front();
                 }
-                if limit > 0 {
-                    ring.push_back(r);
-                }
+                ring.push_back(r);
             }
         }
-        Ok(ring.into_iter().collect())
+        Ok(ring)
     }
 }
 
@@ -168,7 +259,7 @@ mod tests {
         let a = Audit::new(dir.path().join("sub/audit.jsonl"));
         let now = chrono::Utc::now();
         for i in 0..5 {
-            let mut r = Record::event("intent", "daemon", now);
+            let mut r = Record::event(AuditEvent::Intent, "daemon", now);
             r.task_id = Some(i);
             a.append(&[r]).unwrap();
         }
@@ -185,19 +276,43 @@ mod tests {
         let p = dir.path().join("audit.jsonl");
         let now = chrono::Utc::now();
         let a = Audit::new(&p);
-        a.append(&[Record::event("intent", "daemon", now)]).unwrap();
+        a.append(&[Record::event(AuditEvent::Intent, "daemon", now)])
+            .unwrap();
         drop(a);
         // simulate a crash in the middle of a write
         let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
         f.write_all(b"{\"ts\":\"2024-").unwrap();
         drop(f);
         let a = Audit::new(&p);
-        a.append(&[Record::event("done", "daemon", now)]).unwrap();
+        a.append(&[Record::event(AuditEvent::Done, "daemon", now)])
+            .unwrap();
         let t = a.tail(10).unwrap();
         assert_eq!(
-            t.iter().map(|r| r.event.as_str()).collect::<Vec<_>>(),
-            vec!["intent", "done"]
+            t.iter().map(|r| r.event).collect::<Vec<_>>(),
+            vec![AuditEvent::Intent, AuditEvent::Done]
         );
+    }
+
+    #[test]
+    fn tail_is_read_once_then_kept_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("audit.jsonl");
+        let now = chrono::Utc::now();
+        let a = Audit::new(&p);
+        a.append(&[Record::event(AuditEvent::Intent, "daemon", now)])
+            .unwrap();
+        assert_eq!(a.tail(10).unwrap().len(), 1);
+        // appended after the first read: served from memory, in order
+        a.append(&[Record::event(AuditEvent::Done, "daemon", now)])
+            .unwrap();
+        let t = a.tail(10).unwrap();
+        assert_eq!(
+            t.iter().map(|r| r.event).collect::<Vec<_>>(),
+            vec![AuditEvent::Intent, AuditEvent::Done]
+        );
+        assert_eq!(a.tail(1).unwrap()[0].event, AuditEvent::Done);
+        // the file holds the same
+        assert_eq!(Audit::new(&p).tail(10).unwrap(), t);
     }
 
     #[test]

@@ -2,7 +2,8 @@
 
 use crate::app;
 use crate::config::{self, Settings};
-use crate::engine::{zombie_json, ReapError, ReapRequest};
+use crate::engine::{ReapError, ReapRequest};
+use crate::views::ZombieView;
 use clap::{Parser, Subcommand, ValueEnum};
 use reaper_core::{Action, DsLine, FollowUp};
 use serde_json::json;
@@ -268,20 +269,20 @@ async fn connect(
         .zookeeper
         .session_timeout
         .clamp(Duration::from_secs(10), Duration::from_secs(30));
-    let mut views = engine.registry.subscribe();
+    let mut views = engine.watch();
     let valid = tokio::time::timeout(wait, async {
         loop {
-            if views.borrow_and_update().is_valid() {
+            if engine.view().is_valid() {
                 return;
             }
-            if views.changed().await.is_err() {
+            if !views.changed().await {
                 return;
             }
         }
     })
     .await;
-    if valid.is_err() || !engine.registry.view().is_valid() {
-        let why = match &engine.registry.view().state {
+    if valid.is_err() || !engine.view().is_valid() {
+        let why = match &engine.view().state {
             reaper_core::ViewState::Invalid { reason, .. } => reason.clone(),
             _ => "closed".into(),
         };
@@ -291,7 +292,7 @@ async fn connect(
         );
         return Err(EXIT_UNREACHABLE);
     }
-    match tokio::time::timeout(Duration::from_secs(15), engine.db.ping()).await {
+    match tokio::time::timeout(Duration::from_secs(15), engine.ping_store()).await {
         Ok(Ok(())) => Ok(engine),
         Ok(Err(e)) => {
             eprintln!(
@@ -319,14 +320,14 @@ async fn check(s: Settings, format: Format, observe: Duration) -> u8 {
             humantime::format_duration(observe)
         ));
         tokio::time::sleep(observe).await;
-        if !engine.registry.view().is_valid() {
+        if !engine.view().is_valid() {
             eprintln!("ds-reaper: the registry view became invalid while observing");
             return EXIT_UNREACHABLE;
         }
     }
     progress("scanning t_ds_task_instance");
     let result = engine.check().await;
-    engine.registry.close().await;
+    engine.close().await;
     cancel.cancel();
     let (line, plan) = match result {
         Ok(x) => x,
@@ -336,8 +337,11 @@ async fn check(s: Settings, format: Format, observe: Duration) -> u8 {
         }
     };
     let now = plan.at;
-    let zombies: Vec<serde_json::Value> =
-        plan.zombies.iter().map(|z| zombie_json(z, now)).collect();
+    let zombies: Vec<ZombieView> = plan
+        .zombies
+        .iter()
+        .map(|z| ZombieView::new(z, now))
+        .collect();
     match format {
         Format::Json => {
             let doc = json!({
@@ -356,13 +360,9 @@ async fn check(s: Settings, format: Format, observe: Duration) -> u8 {
     }
 }
 
-fn print_table(line: DsLine, candidates: usize, zombies: &[serde_json::Value]) {
-    let cell = |v: &serde_json::Value| match v {
-        serde_json::Value::Null => "-".to_string(),
-        serde_json::Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
-    let age = |v: &serde_json::Value| match v.as_i64() {
+fn print_table(line: DsLine, candidates: usize, zombies: &[ZombieView]) {
+    let opt = |v: Option<&str>| v.unwrap_or("-").to_string();
+    let age = |v: Option<i64>| match v {
         Some(s) => humantime::format_duration(Duration::from_secs(s.max(0) as u64)).to_string(),
         None => "-".into(),
     };
@@ -384,18 +384,18 @@ fn print_table(line: DsLine, candidates: usize, zombies: &[serde_json::Value]) {
         .iter()
         .map(|z| {
             vec![
-                cell(&z["task_id"]),
-                cell(&z["task_name"]),
-                cell(&z["task_type"]),
-                cell(&z["host"]),
-                cell(&z["worker_group"]),
-                cell(&z["reason"]),
-                age(&z["age_seconds"]),
-                cell(&z["owner_master"]),
-                cell(&z["owner_master_alive"]),
-                cell(&z["action"]),
-                cell(&z["workflow"]),
-                cell(&z["note"]),
+                z.task_id.to_string(),
+                z.task_name.clone(),
+                z.task_type.clone(),
+                opt(z.host.as_deref()),
+                opt(z.worker_group.as_deref()),
+                z.reason.to_string(),
+                age(z.age_seconds),
+                opt(z.owner_master.as_deref()),
+                z.owner_master_alive.to_string(),
+                z.action.to_string(),
+                z.workflow.to_string(),
+                opt(z.note.as_deref()),
             ]
         })
         .collect();
@@ -475,7 +475,7 @@ async fn reap(s: Settings, req: ReapRequest, yes: bool) -> u8 {
         engine.commit_reap(prepared).await
     }
     .await;
-    engine.registry.close().await;
+    engine.close().await;
     cancel.cancel();
     match result {
         Ok(rec) => {

@@ -6,7 +6,9 @@
 //! - [`cli`]: commands and exit codes; [`config`]: the validated settings.
 //! - [`app`]: building the adapters, the `run` loop, shutdown.
 //! - [`engine`]: one sweep, one reap, `check` — shared by all entry points.
-//! - [`http`]: the API and status page; [`metrics`]; [`audit`]; [`telemetry`].
+//! - [`http`]: the API; [`page`]: the status page; [`views`]: the typed
+//!   shapes both show; [`metrics`]; [`audit`]; [`telemetry`].
+//! - [`testkit`]: in-memory ports for in-process engine tests.
 
 pub mod app;
 pub mod audit;
@@ -15,4 +17,9 @@ pub mod config;
 pub mod engine;
 pub mod http;
 pub mod metrics;
+pub mod page;
+mod sql_port;
 pub mod telemetry;
+#[doc(hidden)]
+pub mod testkit;
+pub mod views;

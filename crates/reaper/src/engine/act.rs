@@ -1,0 +1,297 @@
+//! The act pipeline, written once for the daemon and for `reap`: audit
+//! intents (on disk first, SPEC §4.7) → one conditional batch write (§4.2) →
+//! outcomes, then each applied write's follow-ups under the gate (§4.1).
+
+use super::{Engine, Gate};
+use crate::audit::{AuditEvent, Record, RecordKind, TAIL};
+use reaper_core::ports::{FollowUpOutcome, FollowUpRequest, TaskWrite, WriteOutcome};
+use reaper_core::{Action, DsLine, FollowUp, Instant, NodeKind, Zombie};
+use std::collections::BTreeMap;
+
+/// The `result` label of `actions_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActionResult {
+    Ok,
+    LostRace,
+    Error,
+}
+
+impl ActionResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActionResult::Ok => "ok",
+            ActionResult::LostRace => "lost_race",
+            ActionResult::Error => "error",
+        }
+    }
+
+    fn event(self) -> AuditEvent {
+        match self {
+            ActionResult::Ok => AuditEvent::Done,
+            ActionResult::LostRace => AuditEvent::LostRace,
+            ActionResult::Error => AuditEvent::Error,
+        }
+    }
+}
+
+/// One write to make: a judged zombie, or a forced task (`reap --force`,
+/// audited with reason `forced`).
+pub(super) struct Item<'a> {
+    pub zombie: &'a Zombie,
+    pub forced: bool,
+}
+
+/// Why nothing at all was written.
+pub(super) enum NotWritten {
+    /// The view changed or leadership was lost since the judgement.
+    Gate(String),
+    /// The intents could not be audited: no audit, no write.
+    Audit(String),
+}
+
+const LOST_RACE: &str = "the row changed since it was read; not retried";
+
+impl Engine {
+    pub(super) fn base_record(
+        &self,
+        event: AuditEvent,
+        actor: &str,
+        z: &Zombie,
+        line: DsLine,
+        now: Instant,
+    ) -> Record {
+        let mut r = Record::event(event, actor, now);
+        r.kind = Some(RecordKind::Task);
+        r.task_id = Some(z.task.id);
+        r.workflow_instance_id = z.task.workflow_instance_id;
+        r.task_name = Some(z.task.name.clone());
+        r.host = z.task.host.clone();
+        r.worker_group = z.task.worker_group.clone();
+        r.reason = Some(z.reason.as_str().to_string());
+        r.evidence = Some(z.evidence.clone());
+        r.from_state = Some(z.state_name.clone());
+        r.action = Some(z.action.as_str().to_string());
+        r.workflow = Some(z.workflow.as_str().to_string());
+        r.ds_line = Some(line.as_str().to_string());
+        r
+    }
+
+    fn count(&self, action: Action, result: ActionResult) {
+        self.metrics
+            .actions_total
+            .with_label_values(&[action.as_str(), result.as_str()])
+            .inc();
+    }
+
+    /// Writes the items (intent → write → outcome) and their follow-ups.
+    /// Returns each item's result with its outcome record, in order.
+    pub(super) async fn act(
+        &self,
+        items: &[Item<'_>],
+        line: DsLine,
+        actor: &str,
+        gate: Gate,
+    ) -> Result<Vec<(ActionResult, Record)>, NotWritten> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.gate_open(&gate).map_err(NotWritten::Gate)?;
+        let now = self.now();
+        let intents: Vec<Record> = items
+            .iter()
+            .map(|it| {
+                let mut r = self.base_record(AuditEvent::Intent, actor, it.zombie, line, now);
+                if it.forced {
+                    r.reason = Some("forced".into());
+                }
+                r.to_state = it
+                    .zombie
+                    .action
+                    .target_state()
+                    .and_then(|c| line.state_name(c))
+                    .map(str::to_string);
+                r
+            })
+            .collect();
+        if let Err(e) = self.audit.append_blocking(intents.clone()).await {
+            tracing::error!(error = %e, "cannot write audit intents; not writing");
+            for it in items {
+                self.count(it.zombie.action, ActionResult::Error);
+            }
+            return Err(NotWritten::Audit(format!(
+                "cannot write the audit trail, not writing: {e}"
+            )));
+        }
+        let writes: Vec<TaskWrite> = items
+            .iter()
+            .map(|it| TaskWrite {
+                seen: it.zombie.task.clone(),
+                action: it.zombie.action,
+                now,
+            })
+            .collect();
+        let outcomes = self.store.write_tasks(line, &writes).await;
+        let mut done = Vec::with_capacity(items.len());
+        match outcomes {
+            Err(e) => {
+                self.db_failed(&e);
+                tracing::error!(error = %e, "task writes failed");
+                for (it, mut r) in items.iter().zip(intents) {
+                    self.count(it.zombie.action, ActionResult::Error);
+                    r.event = AuditEvent::Error;
+                    r.ts = self.now();
+                    r.detail = Some(e.to_string());
+                    done.push((ActionResult::Error, r));
+                }
+            }
+            Ok(outcomes) => {
+                for ((it, mut r), outcome) in items.iter().zip(intents).zip(outcomes) {
+                    let z = it.zombie;
+                    let result = match outcome {
+                        WriteOutcome::LostRace => {
+                            tracing::info!(task_id = z.task.id, "lost race: {LOST_RACE}");
+                            r.detail = Some(LOST_RACE.into());
+                            ActionResult::LostRace
+                        }
+                        WriteOutcome::Applied => {
+                            tracing::debug!(task_id = z.task.id, action = %z.action, reason = %z.reason, "zombie reaped");
+                            r.detail = self.after_write(z, line, now, &gate).await;
+                            ActionResult::Ok
+                        }
+                    };
+                    self.count(z.action, result);
+                    r.event = result.event();
+                    r.ts = self.now();
+                    done.push((result, r));
+                }
+            }
+        }
+        let records: Vec<Record> = done.iter().map(|(_, r)| r.clone()).collect();
+        if let Err(e) = self.audit.append_blocking(records).await {
+            tracing::error!(error = %e, "cannot write audit outcomes");
+        }
+        // One line per batch: the audit trail has every task.
+        tracing::warn!(
+            applied = done.iter().filter(|(r, _)| *r == ActionResult::Ok).count(),
+            attempted = items.len(),
+            task_ids = ?items.iter().take(20).map(|it| it.zombie.task.id).collect::<Vec<_>>(),
+            "zombies reaped"
+        );
+        Ok(done)
+    }
+
+    /// Follow-ups after an applied write: the workflow, and 1.2's task queue.
+    async fn after_write(
+        &self,
+        z: &Zombie,
+        line: DsLine,
+        now: Instant,
+        gate: &Gate,
+    ) -> Option<String> {
+        let mut notes = Vec::new();
+        if let Some(n) = &z.note {
+            notes.push(n.clone());
+        }
+        let queue = line == DsLine::V1_2 && z.action == Action::Fail;
+        if queue || z.workflow != FollowUp::None {
+            // SPEC §4.1: checked again right before each follow-up.
+            if let Err(why) = self.gate_open(gate) {
+                notes.push(format!("follow-ups not done: {why}"));
+                return Some(notes.join("; "));
+            }
+        }
+        if queue {
+            match self.registry.delete_task_queue_entries(z.task.id).await {
+                Ok(n) => notes.push(format!("removed {n} tasks_queue entries")),
+                Err(e) => {
+                    self.metrics.zk_errors_total.inc();
+                    notes.push(format!("tasks_queue cleanup failed: {e}"));
+                }
+            }
+        }
+        if z.workflow != FollowUp::None {
+            let req = FollowUpRequest {
+                task: z.task.clone(),
+                action: z.action,
+                follow_up: z.workflow,
+                now,
+            };
+            // Whether a live master holds the workflow is decided again under
+            // the row lock, from the view current at that moment (SPEC §4.9).
+            // An invalid view cannot vouch for any master's absence.
+            let registry = self.registry.clone();
+            let live_master = move |h: &str| {
+                let v = registry.view();
+                !v.is_valid() || v.live(NodeKind::Master, h).is_some()
+            };
+            match self.store.follow_up(line, &req, &live_master).await {
+                Ok(FollowUpOutcome::Done {
+                    workflow_state,
+                    command_type,
+                    command_id,
+                }) => notes.push(format!(
+                    "workflow {}: state -> {}, command {} (id {})",
+                    z.task.workflow_instance_id.unwrap_or_default(),
+                    workflow_state.map_or_else(|| "unchanged".into(), |s| s.to_string()),
+                    command_type.map_or_else(|| "none".into(), |s| s.to_string()),
+                    command_id.map_or_else(|| "-".into(), |s| s.to_string()),
+                )),
+                Ok(FollowUpOutcome::Skipped(why)) => {
+                    notes.push(format!("workflow follow-up skipped: {why}"))
+                }
+                Err(e) => {
+                    self.db_failed(&e);
+                    notes.push(format!("workflow follow-up failed: {e}"));
+                }
+            }
+        }
+        (!notes.is_empty()).then(|| notes.join("; "))
+    }
+
+    /// After a crash mid-write, intents may have no outcome. Records one for
+    /// each ("error", interrupted) so the trail stays consistent; the rows
+    /// themselves are judged afresh by the next sweep (a written row is no
+    /// longer live, an unwritten one is still a zombie).
+    pub fn close_dangling_intents(&self) -> usize {
+        let records = match self.audit.tail(TAIL) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the audit trail");
+                return 0;
+            }
+        };
+        let mut open: BTreeMap<(i64, String), Record> = BTreeMap::new();
+        for r in records {
+            let Some(id) = r.task_id else { continue };
+            let key = (id, r.actor.clone());
+            if r.event == AuditEvent::Intent {
+                open.insert(key, r);
+            } else if r.event.is_outcome() {
+                open.remove(&key);
+            }
+        }
+        let now = self.now();
+        let closing: Vec<Record> = open
+            .into_values()
+            .map(|mut r| {
+                r.event = AuditEvent::Error;
+                r.ts = now;
+                r.detail = Some(
+                    "interrupted: stopped before the outcome was recorded; the row is judged again by the next sweep"
+                        .into(),
+                );
+                r
+            })
+            .collect();
+        if !closing.is_empty() {
+            tracing::warn!(
+                count = closing.len(),
+                "audit intents without outcome from a previous run closed as interrupted"
+            );
+            if let Err(e) = self.audit.append(&closing) {
+                tracing::error!(error = %e, "cannot write the audit trail");
+            }
+        }
+        closing.len()
+    }
+}

@@ -1,0 +1,261 @@
+//! The engine: one sweep, one act pipeline and one reap, written once against
+//! the ports (`reaper_core::ports`), shared by the daemon (`run`), `check`,
+//! `reap` and the HTTP API so that they all judge and write the same way.
+//!
+//! - [`sweep`]: reading candidates, planning, detection and brake records.
+//! - [`act`]: intent → conditional write → outcome, then the follow-ups.
+//! - [`reap`]: the manual form for one task, through the same pipeline.
+//! - [`line`]: which DS line to work with.
+
+mod act;
+mod line;
+mod reap;
+mod sweep;
+#[cfg(test)]
+mod tests;
+
+pub use act::ActionResult;
+pub use line::resolve_line;
+pub use reap::{PreparedReap, ReapError, ReapRequest};
+
+use crate::audit::Audit;
+use crate::config::Settings;
+use crate::metrics::Metrics;
+use reaper_core::ports::{Clock, Leadership, RegistrySource, TaskStore, ViewWatch};
+use reaper_core::registry::Detected;
+use reaper_core::{DsLine, Instant, Reason, RegistryView, SafetyState, Zombie};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    Tick,
+    Event,
+    Requested,
+}
+
+/// How a sweep ended (the `result` label of `sweeps_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SweepResult {
+    Ok,
+    Error,
+    Skipped,
+}
+
+impl SweepResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SweepResult::Ok => "ok",
+            SweepResult::Error => "error",
+            SweepResult::Skipped => "skipped",
+        }
+    }
+}
+
+impl std::fmt::Display for SweepResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The outcome of the latest sweep, for `/api/v1/status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepSummary {
+    pub at: Instant,
+    pub result: SweepResult,
+    pub detail: Option<String>,
+    /// incremental | full
+    pub kind: &'static str,
+    pub candidates: usize,
+    pub zombies: usize,
+    pub actions: usize,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Status {
+    pub line: Option<DsLine>,
+    /// Why the daemon holds (line disagreement, ...), if it does.
+    pub line_hold: Option<String>,
+    pub last_sweep: Option<SweepSummary>,
+    /// The zombies of the last completed sweep, before its actions. Kept
+    /// typed and shared: views are built per request, so a huge zombie count
+    /// does not cost its JSON size in resident memory.
+    pub zombies: Arc<Vec<Zombie>>,
+    pub zombies_at: Option<Instant>,
+    pub brake: reaper_core::BrakeState,
+    pub db_error: Option<String>,
+}
+
+/// What the sweeps remember between passes.
+#[derive(Default)]
+struct SweepState {
+    safety: SafetyState,
+    /// Zombies already reported as `detected`, by task id.
+    seen: HashMap<i64, Reason>,
+    last_full: Option<Instant>,
+    schema: Option<reaper_core::ports::SchemaInfo>,
+    warned_states: Option<DsLine>,
+    warned_line: Option<String>,
+}
+
+/// What a write decision was made on (SPEC §4.1): the registry view's
+/// validity epoch, and leadership. Checked again right before each write
+/// batch and each follow-up; once closed, nothing more is written.
+#[derive(Debug, Clone, Copy)]
+pub struct Gate {
+    pub valid_since: Instant,
+    pub leader_only: bool,
+}
+
+/// The adapters an engine runs on.
+pub struct Ports {
+    pub store: Arc<dyn TaskStore>,
+    pub registry: Arc<dyn RegistrySource>,
+    pub leader: Option<Arc<dyn Leadership>>,
+    pub clock: Arc<dyn Clock>,
+}
+
+pub struct Engine {
+    pub settings: Settings,
+    store: Arc<dyn TaskStore>,
+    registry: Arc<dyn RegistrySource>,
+    leader: Option<Arc<dyn Leadership>>,
+    clock: Arc<dyn Clock>,
+    pub metrics: Metrics,
+    pub audit: Arc<Audit>,
+    status: RwLock<Status>,
+    state: tokio::sync::Mutex<SweepState>,
+    started: Instant,
+}
+
+pub type SharedEngine = Arc<Engine>;
+
+impl Engine {
+    pub fn new(settings: Settings, ports: Ports, metrics: Metrics) -> Engine {
+        let audit = Arc::new(Audit::new(settings.audit.path.clone()));
+        let started = ports.clock.now();
+        Engine {
+            settings,
+            store: ports.store,
+            registry: ports.registry,
+            leader: ports.leader,
+            clock: ports.clock,
+            metrics,
+            audit,
+            status: RwLock::new(Status::default()),
+            state: tokio::sync::Mutex::new(SweepState::default()),
+            started,
+        }
+    }
+
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    pub fn now(&self) -> Instant {
+        self.clock.now()
+    }
+
+    /// The latest registry view.
+    pub fn view(&self) -> Arc<RegistryView> {
+        self.registry.view()
+    }
+
+    pub fn watch(&self) -> Box<dyn ViewWatch> {
+        self.registry.watch()
+    }
+
+    pub fn detected(&self) -> Detected {
+        self.registry.detected()
+    }
+
+    /// zookeeper | etcd | jdbc
+    pub fn registry_kind(&self) -> &'static str {
+        self.registry.kind()
+    }
+
+    pub async fn ping_store(&self) -> Result<(), reaper_core::ports::PortError> {
+        self.store.ping().await
+    }
+
+    /// Ends the registry session and resigns leadership at once, so that a
+    /// standby takes over now, not after a session timeout.
+    pub async fn close(&self) {
+        if let Some(l) = &self.leader {
+            l.close().await;
+        }
+        self.registry.close().await;
+    }
+
+    pub fn has_election(&self) -> bool {
+        self.leader.is_some()
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.leader.as_ref().is_none_or(|l| l.is_leader())
+    }
+
+    /// The current leader's id, when election is on and it is known.
+    pub fn leader_id(&self) -> Option<String> {
+        self.leader.as_ref().and_then(|l| l.leader_id())
+    }
+
+    /// Whether a write decided on `gate` may still go ahead, or why not.
+    fn gate_open(&self, gate: &Gate) -> Result<(), String> {
+        match self.registry.view().valid_since() {
+            Some(since) if since == gate.valid_since => {}
+            Some(_) => return Err("the registry view was rebuilt since the judgement".into()),
+            None => return Err("the registry view is no longer valid".into()),
+        }
+        if gate.leader_only && !self.is_leader() {
+            return Err("no longer the leader".into());
+        }
+        Ok(())
+    }
+
+    fn status_write(&self) -> std::sync::RwLockWriteGuard<'_, Status> {
+        self.status.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn status_read(&self) -> std::sync::RwLockReadGuard<'_, Status> {
+        self.status.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Refreshes the gauges that mirror live state (called per sweep and per scrape).
+    pub fn refresh_gauges(&self, view: &RegistryView) {
+        let m = &self.metrics;
+        m.live_workers.set(view.workers.len() as i64);
+        m.live_masters.set(view.masters.len() as i64);
+        m.registry_view_valid.set(view.is_valid() as i64);
+        m.leader.set(self.is_leader() as i64);
+        let st = self.registry.stats();
+        Metrics::sync_counter(&m.zk_session_expirations_total, st.session_expirations);
+        Metrics::sync_counter(&m.zk_errors_total, st.errors);
+        m.brake_engaged
+            .set(self.status_read().brake.engaged() as i64);
+        for (table, n) in self.store.rows_skipped() {
+            Metrics::sync_counter(&m.rows_skipped_total.with_label_values(&[&table]), n);
+        }
+    }
+
+    fn db_failed(&self, e: &reaper_core::ports::PortError) {
+        self.metrics.db_errors_total.inc();
+        self.status_write().db_error = Some(e.to_string());
+    }
+}
+
+/// The next instant at which a sweep could newly act: a loss leaving its grace
+/// period, or the view leaving `startup_settle`.
+pub fn next_deadline(view: &RegistryView, settings: &Settings, now: Instant) -> Option<Instant> {
+    let grace = reaper_core::delta(settings.reconcile.grace_period);
+    let since = view.valid_since()?;
+    let mut cands = vec![
+        since + reaper_core::delta(settings.reconcile.startup_settle),
+        since + grace,
+    ];
+    cands.extend(view.lost_workers.values().map(|t| *t + grace));
+    cands.extend(view.lost_masters.values().map(|t| *t + grace));
+    cands.into_iter().filter(|t| *t > now).min()
+}

@@ -1,0 +1,229 @@
+//! The safe form of the manual SQL for one task (`reap`, `POST .../reap`):
+//! judged as `check` judges, written through the same act pipeline.
+
+use super::act::{Item, NotWritten};
+use super::{ActionResult, Engine, Gate};
+use crate::audit::Record;
+use reaper_core::plan::{owner_master, recover_skipped_note};
+use reaper_core::{
+    plan, Action, Candidate, Disposition, DsLine, FollowUp, Instant, Reason, RegistryView,
+    SafetyState, UnseenAbsence, Zombie,
+};
+
+/// Why a reap was not done.
+#[derive(Debug, thiserror::Error)]
+pub enum ReapError {
+    #[error("task {0} not found")]
+    NotFound(i64),
+    #[error("refused: {0}")]
+    Refused(String),
+    #[error("lost race: {0}")]
+    LostRace(String),
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// A standby replica never writes; the leader's id when known.
+    #[error("not the leader")]
+    NotLeader(Option<String>),
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ReapRequest {
+    pub task_id: i64,
+    pub action: Option<Action>,
+    pub workflow: Option<FollowUp>,
+    pub force: bool,
+    pub actor: String,
+}
+
+/// A judged reap, ready to write.
+#[derive(Debug, Clone)]
+pub struct PreparedReap {
+    pub zombie: Zombie,
+    /// Not a zombie, but `force` was given: the audit reason is `forced`.
+    pub forced: bool,
+    pub line: DsLine,
+    pub actor: String,
+    /// The view's validity epoch the judgement was made on.
+    pub valid_since: Instant,
+}
+
+impl Engine {
+    fn ensure_leader(&self) -> Result<(), ReapError> {
+        if self.is_leader() {
+            Ok(())
+        } else {
+            Err(ReapError::NotLeader(self.leader_id()))
+        }
+    }
+
+    pub async fn reap(&self, req: &ReapRequest) -> Result<Record, ReapError> {
+        let prepared = self.prepare_reap(req).await?;
+        self.commit_reap(prepared).await
+    }
+
+    /// Judges one task without writing: refuses unless it is a zombie as
+    /// `check` judges it (or `force`), and never a finished row.
+    pub async fn prepare_reap(&self, req: &ReapRequest) -> Result<PreparedReap, ReapError> {
+        // A standby never writes (SPEC §8), whatever is asked of it.
+        self.ensure_leader()?;
+        let mut st = self.state.lock().await;
+        if let reaper_core::ViewState::Invalid { reason, .. } = &self.registry.view().state {
+            return Err(ReapError::Refused(format!(
+                "the registry view is not valid ({reason})"
+            )));
+        }
+        let (line, line_hold) = self.line(&mut st).await.map_err(ReapError::Unavailable)?;
+        drop(st);
+        if let Some(h) = line_hold {
+            return Err(ReapError::Refused(h));
+        }
+        let row = match self.store.task(line, req.task_id).await {
+            Ok(Some(r)) => r,
+            Ok(None) => return Err(ReapError::NotFound(req.task_id)),
+            Err(e) => {
+                self.db_failed(&e);
+                return Err(ReapError::Unavailable(e.to_string()));
+            }
+        };
+        // Judged against a view taken after the row was read (SPEC §4.1).
+        let view = self.registry.view();
+        let Some(valid_since) = view.valid_since() else {
+            return Err(ReapError::Refused(
+                "the registry view is not valid".to_string(),
+            ));
+        };
+        // Safety rule 8 holds even with --force.
+        if row.flag != 1 || DsLine::is_finished_task_state(row.row.state) {
+            return Err(ReapError::Refused(format!(
+                "task {} is not a current live row (state {}, flag {}); finished rows are never touched",
+                req.task_id,
+                line.state_name(row.row.state).unwrap_or("UNKNOWN"),
+                row.flag
+            )));
+        }
+        let action = req.action.unwrap_or(Action::Fail);
+        let Some(target) = action.target_state() else {
+            return Err(ReapError::Refused("report is not a write".into()));
+        };
+        if !line.can_write(target) {
+            return Err(ReapError::Refused(format!(
+                "{action} writes a state DS {line} does not have"
+            )));
+        }
+        let workflow = req.workflow.unwrap_or(FollowUp::None);
+        let mut policy = self.settings.policy(line);
+        policy.unseen_absence = UnseenAbsence::Unknown;
+        policy.startup_settle = std::time::Duration::ZERO;
+        policy.rules.clear();
+        for r in Reason::ALL {
+            policy.set_default_action(r, action);
+        }
+        policy.workflow = workflow;
+        let (states, _) = self.settings.live_states(line);
+        let judged = if states.contains(&row.row.state) {
+            plan(
+                &view,
+                std::slice::from_ref(&row.row),
+                self.now(),
+                &policy,
+                &SafetyState::default(),
+            )
+            .zombies
+            .into_iter()
+            .next()
+        } else {
+            None
+        };
+        let (zombie, forced) = match judged {
+            Some(z) => (z, false),
+            None if req.force => (
+                forced_zombie(&view, row.row.clone(), line, action, workflow),
+                true,
+            ),
+            None => {
+                return Err(ReapError::Refused(format!(
+                    "task {} is not a zombie as check judges it (host {:?}, state {}); use force to override",
+                    req.task_id,
+                    row.row.host,
+                    line.state_name(row.row.state).unwrap_or("UNKNOWN")
+                )))
+            }
+        };
+        Ok(PreparedReap {
+            zombie,
+            forced,
+            line,
+            actor: req.actor.clone(),
+            valid_since,
+        })
+    }
+
+    /// Writes a prepared reap through the act pipeline.
+    pub async fn commit_reap(&self, p: PreparedReap) -> Result<Record, ReapError> {
+        // The confirmation may have taken a while: checked again before writing.
+        self.ensure_leader()?;
+        let gate = Gate {
+            valid_since: p.valid_since,
+            leader_only: true,
+        };
+        let item = Item {
+            zombie: &p.zombie,
+            forced: p.forced,
+        };
+        let done = self
+            .act(std::slice::from_ref(&item), p.line, &p.actor, gate)
+            .await
+            .map_err(|e| match e {
+                NotWritten::Gate(why) => ReapError::Refused(why),
+                NotWritten::Audit(why) => ReapError::Unavailable(why),
+            })?;
+        let Some((result, rec)) = done.into_iter().next() else {
+            return Err(ReapError::Unavailable("nothing was attempted".into()));
+        };
+        match result {
+            ActionResult::Ok => Ok(rec),
+            ActionResult::LostRace => Err(ReapError::LostRace(format!(
+                "task {} changed since it was read",
+                p.zombie.task.id
+            ))),
+            ActionResult::Error => Err(ReapError::Unavailable(
+                rec.detail.unwrap_or_else(|| "the write failed".into()),
+            )),
+        }
+    }
+}
+
+/// A `--force`d task that is no zombie; its audit records say reason `forced`.
+fn forced_zombie(
+    view: &RegistryView,
+    task: Candidate,
+    line: DsLine,
+    action: Action,
+    workflow: FollowUp,
+) -> Zombie {
+    let (owner, owner_alive) = owner_master(view, &task);
+    let mut note = "forced: not a zombie as check judges it".to_string();
+    let workflow = if workflow == FollowUp::Recover && owner_alive {
+        note.push_str("; ");
+        note.push_str(&recover_skipped_note(
+            line,
+            owner.as_deref().unwrap_or_default(),
+        ));
+        FollowUp::None
+    } else {
+        workflow
+    };
+    Zombie {
+        state_name: line.state_name(task.state).unwrap_or("UNKNOWN").to_string(),
+        task,
+        // The audit record says `forced`; the enum needs some value.
+        reason: Reason::WorkerLost,
+        evidence: Default::default(),
+        owner_master: owner,
+        owner_master_alive: owner_alive,
+        action,
+        workflow,
+        note: Some(note),
+        disposition: Disposition::Act,
+    }
+}

@@ -1,0 +1,347 @@
+//! In-memory ports for in-process engine tests: a store of task rows with
+//! DS's conditional-write semantics, a registry whose view the test sets, a
+//! leadership switch, and a clock that follows tokio's (paused) time.
+//!
+//! Fakes live here only: adapters are tested against real services.
+
+use reaper_core::ports::{
+    BoxFuture, Clock, FollowUpOutcome, FollowUpRequest, Leadership, LiveMaster, PortError,
+    RegistrySource, RegistryStats, Scan, SchemaInfo, TaskRow, TaskStore, TaskWrite, ViewWatch,
+    WriteOutcome,
+};
+use reaper_core::registry::Detected;
+use reaper_core::{Candidate, DsLine, Instant, NodeInfo, NodeKind, RegistryView, ViewState};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::watch;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+type Hook<T> = Box<dyn Fn(&T) + Send + Sync>;
+
+/// What the store was asked to do, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreCall {
+    Read(Scan),
+    Write(Vec<i64>),
+    FollowUp(i64),
+}
+
+/// Task rows in memory, written the way the SQL adapter writes them.
+pub struct MemStore {
+    line: DsLine,
+    rows: Mutex<BTreeMap<i64, TaskRow>>,
+    calls: Mutex<Vec<StoreCall>>,
+    lose: Mutex<BTreeSet<i64>>,
+    fail_writes: AtomicBool,
+    on_read: Mutex<Option<Hook<()>>>,
+    on_write: Mutex<Option<Hook<[TaskWrite]>>>,
+}
+
+impl MemStore {
+    pub fn new(line: DsLine) -> Arc<MemStore> {
+        Arc::new(MemStore {
+            line,
+            rows: Mutex::new(BTreeMap::new()),
+            calls: Mutex::new(Vec::new()),
+            lose: Mutex::new(BTreeSet::new()),
+            fail_writes: AtomicBool::new(false),
+            on_read: Mutex::new(None),
+            on_write: Mutex::new(None),
+        })
+    }
+
+    pub fn insert(&self, c: Candidate) {
+        lock(&self.rows).insert(c.id, TaskRow { row: c, flag: 1 });
+    }
+
+    pub fn state(&self, id: i64) -> Option<i32> {
+        lock(&self.rows).get(&id).map(|r| r.row.state)
+    }
+
+    /// Changes a row behind the engine's back (DS finishing the task).
+    pub fn set_state(&self, id: i64, state: i32) {
+        if let Some(r) = lock(&self.rows).get_mut(&id) {
+            r.row.state = state;
+        }
+    }
+
+    pub fn calls(&self) -> Vec<StoreCall> {
+        lock(&self.calls).clone()
+    }
+
+    pub fn writes(&self) -> Vec<Vec<i64>> {
+        self.calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                StoreCall::Write(ids) => Some(ids),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The next write of this row loses its race (the row changed under it).
+    pub fn lose_race(&self, id: i64) {
+        lock(&self.lose).insert(id);
+    }
+
+    pub fn fail_writes(&self, on: bool) {
+        self.fail_writes.store(on, Ordering::SeqCst);
+    }
+
+    /// Runs after the candidates are read, before they are returned.
+    pub fn on_read(&self, f: impl Fn(&()) + Send + Sync + 'static) {
+        *lock(&self.on_read) = Some(Box::new(f));
+    }
+
+    /// Runs when a write batch arrives, before it is applied.
+    pub fn on_write(&self, f: impl Fn(&[TaskWrite]) + Send + Sync + 'static) {
+        *lock(&self.on_write) = Some(Box::new(f));
+    }
+
+    fn live(&self, states: &[i32]) -> Vec<Candidate> {
+        lock(&self.rows)
+            .values()
+            .filter(|r| r.flag == 1 && states.contains(&r.row.state))
+            .map(|r| r.row.clone())
+            .collect()
+    }
+}
+
+impl TaskStore for MemStore {
+    fn detect(&self) -> BoxFuture<'_, Result<SchemaInfo, PortError>> {
+        Box::pin(async move {
+            Ok(SchemaInfo {
+                lines: vec![self.line],
+                version_row: None,
+            })
+        })
+    }
+
+    fn ping(&self) -> BoxFuture<'_, Result<(), PortError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn candidates<'a>(
+        &'a self,
+        _line: DsLine,
+        states: &'a [i32],
+        scan: Scan,
+    ) -> BoxFuture<'a, Result<Vec<Candidate>, PortError>> {
+        Box::pin(async move {
+            lock(&self.calls).push(StoreCall::Read(scan));
+            let rows = self.live(states);
+            if let Some(h) = lock(&self.on_read).as_ref() {
+                h(&());
+            }
+            Ok(rows)
+        })
+    }
+
+    fn scan_once<'a>(
+        &'a self,
+        _line: DsLine,
+        states: &'a [i32],
+    ) -> BoxFuture<'a, Result<Vec<Candidate>, PortError>> {
+        Box::pin(async move { Ok(self.live(states)) })
+    }
+
+    fn task(&self, _line: DsLine, id: i64) -> BoxFuture<'_, Result<Option<TaskRow>, PortError>> {
+        Box::pin(async move { Ok(lock(&self.rows).get(&id).cloned()) })
+    }
+
+    fn write_tasks<'a>(
+        &'a self,
+        _line: DsLine,
+        writes: &'a [TaskWrite],
+    ) -> BoxFuture<'a, Result<Vec<WriteOutcome>, PortError>> {
+        Box::pin(async move {
+            lock(&self.calls).push(StoreCall::Write(writes.iter().map(|w| w.seen.id).collect()));
+            if let Some(h) = lock(&self.on_write).as_ref() {
+                h(writes);
+            }
+            if self.fail_writes.load(Ordering::SeqCst) {
+                return Err(PortError::Unavailable("database down (test)".into()));
+            }
+            let mut rows = lock(&self.rows);
+            let mut lose = lock(&self.lose);
+            Ok(writes
+                .iter()
+                .map(|w| {
+                    let unchanged = rows.get(&w.seen.id).is_some_and(|r| {
+                        r.flag == 1
+                            && r.row.state == w.seen.state
+                            && r.row.host == w.seen.host
+                            && r.row.submit_time == w.seen.submit_time
+                    });
+                    if !unchanged || lose.remove(&w.seen.id) {
+                        return WriteOutcome::LostRace;
+                    }
+                    let target = w.action.target_state().unwrap_or(w.seen.state);
+                    if let Some(r) = rows.get_mut(&w.seen.id) {
+                        r.row.state = target;
+                    }
+                    WriteOutcome::Applied
+                })
+                .collect())
+        })
+    }
+
+    fn follow_up<'a>(
+        &'a self,
+        _line: DsLine,
+        req: &'a FollowUpRequest,
+        live_master: LiveMaster<'a>,
+    ) -> BoxFuture<'a, Result<FollowUpOutcome, PortError>> {
+        Box::pin(async move {
+            lock(&self.calls).push(StoreCall::FollowUp(req.task.id));
+            if let Some(h) = req.task.workflow_host.as_deref() {
+                if live_master(h) {
+                    return Ok(FollowUpOutcome::Skipped(format!(
+                        "owning master {h} is alive"
+                    )));
+                }
+            }
+            Ok(FollowUpOutcome::Done {
+                workflow_state: Some(6),
+                command_type: None,
+                command_id: None,
+            })
+        })
+    }
+
+    fn rows_skipped(&self) -> Vec<(String, u64)> {
+        Vec::new()
+    }
+}
+
+/// A registry whose view the test sets.
+pub struct MemRegistry {
+    tx: watch::Sender<Arc<RegistryView>>,
+    closed: AtomicBool,
+}
+
+struct MemWatch(watch::Receiver<Arc<RegistryView>>);
+
+impl ViewWatch for MemWatch {
+    fn changed(&mut self) -> BoxFuture<'_, bool> {
+        Box::pin(async move { self.0.changed().await.is_ok() })
+    }
+}
+
+impl MemRegistry {
+    /// A view valid since `since` with the given live workers and masters.
+    pub fn new(since: Instant, workers: &[&str], masters: &[&str]) -> Arc<MemRegistry> {
+        let mut v = RegistryView::invalid(since, "starting");
+        v.state = ViewState::Valid { since };
+        for w in workers {
+            v.upsert(NodeKind::Worker, NodeInfo::new(w, since));
+        }
+        for m in masters {
+            v.upsert(NodeKind::Master, NodeInfo::new(m, since));
+        }
+        let (tx, _) = watch::channel(Arc::new(v));
+        Arc::new(MemRegistry {
+            tx,
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    /// Changes the view as an adapter would, and tells the watchers.
+    pub fn update(&self, f: impl FnOnce(&mut RegistryView)) {
+        self.tx.send_modify(|v| f(Arc::make_mut(v)));
+    }
+
+    pub fn closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+}
+
+impl RegistrySource for MemRegistry {
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+
+    fn view(&self) -> Arc<RegistryView> {
+        self.tx.borrow().clone()
+    }
+
+    fn watch(&self) -> Box<dyn ViewWatch> {
+        Box::new(MemWatch(self.tx.subscribe()))
+    }
+
+    fn detected(&self) -> Detected {
+        Detected {
+            layout: None,
+            format: None,
+            lines: DsLine::ALL.to_vec(),
+        }
+    }
+
+    fn stats(&self) -> RegistryStats {
+        RegistryStats::default()
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move { self.closed.store(true, Ordering::SeqCst) })
+    }
+}
+
+/// Leadership the test switches.
+pub struct Switch {
+    leader: AtomicBool,
+    id: String,
+}
+
+impl Switch {
+    pub fn new(leader: bool, id: &str) -> Arc<Switch> {
+        Arc::new(Switch {
+            leader: AtomicBool::new(leader),
+            id: id.to_string(),
+        })
+    }
+
+    pub fn set(&self, leader: bool) {
+        self.leader.store(leader, Ordering::SeqCst);
+    }
+}
+
+impl Leadership for Switch {
+    fn is_leader(&self) -> bool {
+        self.leader.load(Ordering::SeqCst)
+    }
+
+    fn leader_id(&self) -> Option<String> {
+        Some(self.id.clone())
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+}
+
+/// The daemon's clock on tokio's time: under `start_paused` it moves only
+/// when every task waits, so grace periods pass in no real time.
+pub struct TokioClock {
+    base: Instant,
+    start: tokio::time::Instant,
+}
+
+impl TokioClock {
+    pub fn new(base: Instant) -> Arc<TokioClock> {
+        Arc::new(TokioClock {
+            base,
+            start: tokio::time::Instant::now(),
+        })
+    }
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> Instant {
+        let elapsed = tokio::time::Instant::now() - self.start;
+        self.base + reaper_core::delta(elapsed)
+    }
+}

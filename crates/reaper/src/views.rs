@@ -1,0 +1,222 @@
+//! What the API, `check` and the status page show (SPEC §8 shapes), as typed
+//! serialisable views built once from the engine's state, so that the three
+//! never disagree and a renamed field is a compile error, not a `-`.
+
+use crate::engine::{Engine, SweepSummary};
+use reaper_core::{
+    Blocked, Disposition, Evidence, Instant, NodeInfo, RegistryView, ViewState, Zombie,
+};
+use serde::Serialize;
+
+/// A zombie as `/api/v1/zombies` and `check --format json` show it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ZombieView {
+    pub task_id: i64,
+    pub task_name: String,
+    pub task_type: String,
+    pub workflow_instance_id: Option<i64>,
+    pub state: String,
+    pub host: Option<String>,
+    pub worker_group: Option<String>,
+    pub submit_time: Option<Instant>,
+    /// Seconds since submit (else start) when the sweep judged it.
+    pub age_seconds: Option<i64>,
+    pub reason: &'static str,
+    pub evidence: Evidence,
+    pub owner_master: Option<String>,
+    pub owner_master_alive: bool,
+    pub action: &'static str,
+    pub workflow: &'static str,
+    pub note: Option<String>,
+    /// act | report | blocked:<why>
+    pub disposition: String,
+}
+
+impl ZombieView {
+    /// `at` is when the sweep judged the zombie (ages are as of then).
+    pub fn new(z: &Zombie, at: Instant) -> ZombieView {
+        let note = z.note.clone().or_else(|| match &z.disposition {
+            Disposition::Blocked(b) if !matches!(b, Blocked::Hold(_)) => Some(b.describe()),
+            _ => None,
+        });
+        let t = &z.task;
+        ZombieView {
+            task_id: t.id,
+            task_name: t.name.clone(),
+            task_type: t.task_type.clone(),
+            workflow_instance_id: t.workflow_instance_id,
+            state: z.state_name.clone(),
+            host: t.host.clone(),
+            worker_group: t.worker_group.clone(),
+            submit_time: t.submit_time,
+            age_seconds: t
+                .submit_time
+                .or(t.start_time)
+                .map(|s| (at - s).num_seconds()),
+            reason: z.reason.as_str(),
+            evidence: z.evidence.clone(),
+            owner_master: z.owner_master.clone(),
+            owner_master_alive: z.owner_master_alive,
+            action: z.action.as_str(),
+            workflow: z.workflow.as_str(),
+            note,
+            disposition: disposition(&z.disposition),
+        }
+    }
+}
+
+fn disposition(d: &Disposition) -> String {
+    match d {
+        Disposition::Act => "act".into(),
+        Disposition::Report => "report".into(),
+        Disposition::Blocked(b) => format!(
+            "blocked:{}",
+            match b {
+                Blocked::Settling => "settling",
+                Blocked::Hold(_) => "hold",
+                Blocked::Brake(_) => "brake",
+                Blocked::SweepCap => "sweep_cap",
+                Blocked::RateLimit => "rate_limit",
+                Blocked::Unwritable => "unwritable",
+            }
+        ),
+    }
+}
+
+/// One live server node.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeView {
+    /// The registered node name.
+    pub host: String,
+    /// The heartbeat's `host:port` where it carries one, else the node name.
+    pub address: String,
+    pub startup_time: Option<Instant>,
+    pub report_time: Option<Instant>,
+    pub status: Option<String>,
+    pub groups: Vec<String>,
+}
+
+impl From<&NodeInfo> for NodeView {
+    fn from(n: &NodeInfo) -> Self {
+        NodeView {
+            host: n.host.clone(),
+            address: n.address.clone().unwrap_or_else(|| n.host.clone()),
+            startup_time: n.startup_time,
+            report_time: n.report_time,
+            status: n.status.clone(),
+            groups: n.groups.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LostView {
+    pub host: String,
+    /// worker | master
+    pub kind: &'static str,
+    pub lost_at: Instant,
+}
+
+/// `/api/v1/workers`.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkersView {
+    pub workers: Vec<NodeView>,
+    pub masters: Vec<NodeView>,
+    /// Recently lost, newest first.
+    pub lost: Vec<LostView>,
+}
+
+impl WorkersView {
+    pub fn new(view: &RegistryView) -> WorkersView {
+        let sorted = |m: &std::collections::HashMap<String, NodeInfo>| {
+            let mut v: Vec<NodeView> = m.values().map(NodeView::from).collect();
+            v.sort_by(|a, b| a.host.cmp(&b.host));
+            v
+        };
+        let mut lost: Vec<LostView> = view
+            .lost_workers
+            .iter()
+            .map(|(h, t)| (h, "worker", t))
+            .chain(view.lost_masters.iter().map(|(h, t)| (h, "master", t)))
+            .map(|(h, kind, t)| LostView {
+                host: h.clone(),
+                kind,
+                lost_at: *t,
+            })
+            .collect();
+        lost.sort_by(|a, b| b.lost_at.cmp(&a.lost_at).then(a.host.cmp(&b.host)));
+        WorkersView {
+            workers: sorted(&view.workers),
+            masters: sorted(&view.masters),
+            lost,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RegistryViewState {
+    pub valid: bool,
+    pub since: Instant,
+    pub reason: Option<String>,
+    /// zookeeper | etcd | jdbc
+    pub registry: &'static str,
+    pub workers: usize,
+    pub masters: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BrakeView {
+    pub engaged: bool,
+    pub since: Option<Instant>,
+    pub why: Option<String>,
+}
+
+/// `/api/v1/status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct StatusView {
+    pub version: &'static str,
+    pub ds_line: Option<&'static str>,
+    /// Why acting is held although the line is known (a disagreement).
+    pub ds_line_hold: Option<String>,
+    pub leader: bool,
+    pub leader_election: bool,
+    pub registry_view: RegistryViewState,
+    pub brake: BrakeView,
+    pub last_sweep: Option<SweepSummary>,
+    pub database_error: Option<String>,
+    pub started_at: Instant,
+}
+
+impl StatusView {
+    pub fn new(e: &Engine) -> StatusView {
+        let view = e.view();
+        let st = e.status_read();
+        let (valid, since, reason) = match &view.state {
+            ViewState::Valid { since } => (true, *since, None),
+            ViewState::Invalid { since, reason } => (false, *since, Some(reason.clone())),
+        };
+        StatusView {
+            version: env!("CARGO_PKG_VERSION"),
+            ds_line: st.line.map(|l| l.as_str()),
+            ds_line_hold: st.line_hold.clone(),
+            leader: e.is_leader(),
+            leader_election: e.has_election(),
+            registry_view: RegistryViewState {
+                valid,
+                since,
+                reason,
+                registry: e.registry_kind(),
+                workers: view.workers.len(),
+                masters: view.masters.len(),
+            },
+            brake: BrakeView {
+                engaged: st.brake.engaged(),
+                since: st.brake.engaged_since,
+                why: st.brake.why.clone(),
+            },
+            last_sweep: st.last_sweep.clone(),
+            database_error: st.db_error.clone(),
+            started_at: e.started(),
+        }
+    }
+}
