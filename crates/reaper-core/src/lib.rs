@@ -8,6 +8,7 @@
 //! execute its decisions, so every rule is testable with plain values.
 //!
 //! # Layout
+//! - [`agent`]: what the worker-host agent publishes and how the daemon reads it.
 //! - [`line`]: DolphinScheduler lines, their state codes, tables and layouts.
 //! - [`host`]: host normalisation and matching.
 //! - [`view`]: the registry view (live workers/masters, losses, validity).
@@ -19,6 +20,7 @@
 //! - [`ports`]: the traits the engine's adapters implement (store, registry, leadership, clock).
 //! - [`registry`]: what every registry adapter shares: heartbeats, layout, the membership machine.
 
+pub mod agent;
 pub mod brake;
 pub mod candidate;
 pub mod host;

@@ -100,6 +100,9 @@ pub struct RegistryView {
     pub worker_aliases: HashMap<String, String>,
     #[serde(default)]
     pub master_aliases: HashMap<String, String>,
+    /// Worker-host agents (SPEC §12) by the worker's normalised node name.
+    #[serde(default)]
+    pub agents: HashMap<String, crate::agent::AgentSeen>,
 }
 
 impl RegistryView {
@@ -115,6 +118,7 @@ impl RegistryView {
             lost_masters: HashMap::new(),
             worker_aliases: HashMap::new(),
             master_aliases: HashMap::new(),
+            agents: HashMap::new(),
         }
     }
 
