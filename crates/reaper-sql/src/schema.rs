@@ -234,3 +234,32 @@ pub(crate) fn learned_tables_list() -> String {
         .collect::<Vec<_>>()
         .join(",")
 }
+
+/// 1.2's worker group: the `t_ds_worker_group` name, `default` for -1 (any
+/// worker), else the id as text.
+pub(crate) fn worker_group_from_id(id: Option<i64>, name: Option<String>) -> Option<String> {
+    match (id, name) {
+        (_, Some(n)) if !n.trim().is_empty() => Some(n),
+        (Some(-1), _) => Some("default".to_string()),
+        (Some(i), _) => Some(i.to_string()),
+        (None, _) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_group_of_1_2() {
+        assert_eq!(
+            worker_group_from_id(Some(-1), None).as_deref(),
+            Some("default")
+        );
+        assert_eq!(worker_group_from_id(Some(3), None).as_deref(), Some("3"));
+        assert_eq!(
+            worker_group_from_id(Some(3), Some("etl".into())).as_deref(),
+            Some("etl")
+        );
+    }
+}

@@ -1,0 +1,113 @@
+//! What really differs between MySQL/MariaDB and PostgreSQL. Everything else
+//! — the statements of the reads, the follow-up's transaction, the catalog
+//! queries — is written once (`stmt`, `follow::tx`, `write`) against this trait:
+//! - placeholders (`?` / `$n`) and NULL-safe equality (`<=>` / `IS NOT DISTINCT FROM`);
+//! - a cast to text and the current schema, for the catalog queries;
+//! - the session's time limits, set on every new connection;
+//! - decoding (MariaDB's binary-collated text and zero dates; PostgreSQL's
+//!   `int4`/`int8` and `infinity`);
+//! - the conditional task write: PostgreSQL checks and updates in one
+//!   `UPDATE … FROM UNNEST … RETURNING`, MySQL has no `RETURNING` and locks,
+//!   compares and updates by id;
+//! - the id of an inserted command: `RETURNING id` / `LAST_INSERT_ID()`.
+
+mod mysql;
+mod postgres;
+
+pub(crate) use mysql::MySql;
+pub(crate) use postgres::Postgres;
+
+use crate::sql::Sql;
+use crate::{DbSettings, SqlError, TaskWrite};
+use reaper_core::Zone;
+use sqlx::pool::PoolOptions;
+use sqlx::Database;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A connection of dialect `D`.
+pub(crate) type Conn<D> = <<D as Dialect>::Db as Database>::Connection;
+/// A row of dialect `D`.
+pub(crate) type RowOf<D> = <<D as Dialect>::Db as Database>::Row;
+type Options<D> = <Conn<D> as sqlx::Connection>::Options;
+
+pub(crate) trait Dialect: Sized + Send + Sync + 'static {
+    type Db: Database;
+
+    /// `a <=> b`: equal, or both NULL.
+    const NULL_SAFE_EQ: &'static str;
+    /// The schema the connection works in, as an SQL expression.
+    const CURRENT_SCHEMA: &'static str;
+
+    /// Writes the placeholder of the `n`-th bound value (from 1).
+    fn placeholder(n: usize, out: &mut String);
+    /// `expr` as text (catalog names may come back as binary strings).
+    fn as_text(expr: &str) -> String;
+
+    /// Connect options from the URL, with the password override.
+    fn options(url: &str, password: Option<&str>) -> Result<Options<Self>, sqlx::Error>;
+    /// Sets the server-side time limits of a new session (SPEC §4.11).
+    fn limit_session(
+        c: &mut Conn<Self>,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+
+    fn fetch_all(
+        c: &mut Conn<Self>,
+        q: Sql<Self>,
+    ) -> impl Future<Output = Result<Vec<RowOf<Self>>, sqlx::Error>> + Send;
+    /// The number of rows affected.
+    fn execute(
+        c: &mut Conn<Self>,
+        q: Sql<Self>,
+    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
+    /// Runs a one-row `INSERT`; the id it was given.
+    fn insert(
+        c: &mut Conn<Self>,
+        q: Sql<Self>,
+    ) -> impl Future<Output = Result<i64, sqlx::Error>> + Send;
+
+    /// An integer column (any width), NULL as `None`.
+    fn int(r: &RowOf<Self>, i: usize) -> Result<Option<i64>, sqlx::Error>;
+    /// A text column, NULL as `None`.
+    fn text(r: &RowOf<Self>, i: usize) -> Result<Option<String>, sqlx::Error>;
+    /// A `datetime`/`timestamp` column, NULL as `None`; a value chrono cannot
+    /// hold is an error, never a panic.
+    fn time(r: &RowOf<Self>, i: usize) -> Result<Option<chrono::NaiveDateTime>, sqlx::Error>;
+
+    /// Conditional task writes (SPEC §4.2) in one transaction: for each input,
+    /// whether it was applied (a duplicate id is applied once).
+    fn write_batch(
+        c: &mut Conn<Self>,
+        zone: Zone,
+        batch: &[&TaskWrite],
+    ) -> impl Future<Output = Result<Vec<bool>, SqlError>> + Send;
+}
+
+/// A lazy pool: every new connection bumps `epoch` (the catalog is learned
+/// again after a reconnect) and gets the session time limits.
+pub(crate) fn connect_lazy<D: Dialect>(
+    s: &DbSettings,
+    epoch: Arc<AtomicU64>,
+) -> Result<sqlx::Pool<D::Db>, SqlError> {
+    let opts = D::options(s.url.trim(), s.password.as_deref())
+        .map_err(|e| SqlError::BadUrl(format!("{}: {e}", crate::redact_url(&s.url))))?;
+    let timeout = s.statement_timeout;
+    let pool = PoolOptions::<D::Db>::new()
+        .max_connections(s.max_connections.max(1))
+        .acquire_timeout(timeout.max(Duration::from_secs(5)))
+        .after_connect(move |conn, _meta| {
+            let epoch = epoch.clone();
+            Box::pin(async move {
+                epoch.fetch_add(1, Ordering::AcqRel);
+                if timeout.is_zero() {
+                    return Ok(());
+                }
+                D::limit_session(conn, timeout).await
+            })
+        })
+        .connect_lazy_with(opts);
+    Ok(pool)
+}

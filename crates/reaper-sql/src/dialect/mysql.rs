@@ -1,0 +1,227 @@
+//! MySQL/MariaDB: what differs from PostgreSQL, and nothing else.
+
+use super::{Dialect, RowOf};
+use crate::schema::TASK;
+use crate::sql::{Arg, Sql};
+use crate::write::{push_sets, write_groups};
+use crate::{SqlError, TaskWrite, WRITE_BATCH};
+use chrono::NaiveDateTime;
+use reaper_core::Zone;
+use sqlx::mysql::{MySqlArguments, MySqlConnectOptions, MySqlConnection, MySqlRow};
+use sqlx::{Arguments, Connection, Executor, Row};
+use std::collections::{HashMap, HashSet};
+use std::str::FromStr;
+use std::time::Duration;
+
+pub(crate) struct MySql;
+
+fn arguments(args: Vec<Arg>) -> Result<MySqlArguments, sqlx::Error> {
+    let mut a = MySqlArguments::default();
+    for v in args {
+        match v {
+            Arg::I32(x) => a.add(x),
+            Arg::I64(x) => a.add(x),
+            Arg::Text(x) => a.add(x),
+            Arg::Time(x) => a.add(x),
+            Arg::I32s(_) | Arg::I64s(_) | Arg::Texts(_) | Arg::Times(_) => {
+                return Err(sqlx::Error::Encode("MySQL has no array parameters".into()))
+            }
+        }
+        .map_err(sqlx::Error::Encode)?;
+    }
+    Ok(a)
+}
+
+/// A text column: tables with a `utf8_bin` collation (3.2+) report their
+/// varchars as binary, which sqlx will not decode as `String`.
+fn text(r: &MySqlRow, i: usize) -> Result<Option<String>, sqlx::Error> {
+    match r.try_get::<Option<String>, _>(i) {
+        Ok(v) => Ok(v),
+        Err(_) => Ok(r
+            .try_get::<Option<Vec<u8>>, _>(i)?
+            .map(|b| String::from_utf8_lossy(&b).into_owned())),
+    }
+}
+
+impl Dialect for MySql {
+    type Db = sqlx::MySql;
+
+    const NULL_SAFE_EQ: &'static str = "<=>";
+    const CURRENT_SCHEMA: &'static str = "DATABASE()";
+
+    fn placeholder(_n: usize, out: &mut String) {
+        out.push('?');
+    }
+
+    fn as_text(expr: &str) -> String {
+        format!("CAST({expr} AS CHAR)")
+    }
+
+    fn options(url: &str, password: Option<&str>) -> Result<MySqlConnectOptions, sqlx::Error> {
+        let opts = MySqlConnectOptions::from_str(url)?;
+        Ok(match password {
+            Some(pw) => opts.password(pw),
+            None => opts,
+        })
+    }
+
+    async fn limit_session(c: &mut MySqlConnection, timeout: Duration) -> Result<(), sqlx::Error> {
+        // MariaDB's max_statement_time (seconds) bounds every statement,
+        // writes and lock waits included. MySQL has no such variable: its
+        // max_execution_time (ms) bounds read-only SELECTs only, so writes and
+        // locking reads rely on the lock wait timeouts below (and on the
+        // client-side limit).
+        let maria = format!(
+            "SET SESSION max_statement_time = {:.3}",
+            timeout.as_secs_f64()
+        );
+        if c.execute(maria.as_str()).await.is_err() {
+            let my = format!("SET SESSION max_execution_time = {}", timeout.as_millis());
+            c.execute(my.as_str()).await?;
+        }
+        // whole seconds only, at least 1
+        let secs = timeout.as_secs_f64().ceil().max(1.0) as u64;
+        let locks =
+            format!("SET SESSION innodb_lock_wait_timeout = {secs}, lock_wait_timeout = {secs}");
+        c.execute(locks.as_str()).await?;
+        Ok(())
+    }
+
+    async fn fetch_all(
+        c: &mut MySqlConnection,
+        q: Sql<Self>,
+    ) -> Result<Vec<MySqlRow>, sqlx::Error> {
+        let (text, args, persistent) = q.into_parts();
+        sqlx::query_with(&text, arguments(args)?)
+            .persistent(persistent)
+            .fetch_all(c)
+            .await
+    }
+
+    async fn execute(c: &mut MySqlConnection, q: Sql<Self>) -> Result<u64, sqlx::Error> {
+        let (text, args, persistent) = q.into_parts();
+        Ok(sqlx::query_with(&text, arguments(args)?)
+            .persistent(persistent)
+            .execute(c)
+            .await?
+            .rows_affected())
+    }
+
+    /// No `RETURNING`: the connection's `LAST_INSERT_ID()`.
+    async fn insert(c: &mut MySqlConnection, q: Sql<Self>) -> Result<i64, sqlx::Error> {
+        let (text, args, persistent) = q.into_parts();
+        let res = sqlx::query_with(&text, arguments(args)?)
+            .persistent(persistent)
+            .execute(c)
+            .await?;
+        Ok(res.last_insert_id() as i64)
+    }
+
+    fn int(r: &MySqlRow, i: usize) -> Result<Option<i64>, sqlx::Error> {
+        r.try_get(i)
+    }
+
+    fn text(r: &MySqlRow, i: usize) -> Result<Option<String>, sqlx::Error> {
+        text(r, i)
+    }
+
+    /// sqlx rejects a date chrono cannot hold (MariaDB's zero month or day
+    /// under a lax `sql_mode`); the all-zero date reads as NULL.
+    fn time(r: &MySqlRow, i: usize) -> Result<Option<NaiveDateTime>, sqlx::Error> {
+        r.try_get(i)
+    }
+
+    /// Locks the rows, keeps those still exactly as seen, updates them by id:
+    /// MySQL has no `UPDATE … RETURNING`, and the lock makes the check and the
+    /// update one atomic step.
+    async fn write_batch(
+        c: &mut MySqlConnection,
+        zone: Zone,
+        batch: &[&TaskWrite],
+    ) -> Result<Vec<bool>, SqlError> {
+        let mut applied = vec![false; batch.len()];
+        if batch.is_empty() {
+            return Ok(applied);
+        }
+        let mut tx = c.begin().await?;
+        let mut rows = Vec::with_capacity(batch.len());
+        for chunk in batch.chunks(WRITE_BATCH) {
+            let mut q = Sql::<Self>::new(format!(
+                "SELECT id, state, flag, host, submit_time FROM {TASK} WHERE id IN ("
+            ));
+            q.bind_list(chunk.iter().map(|w| w.seen.id))
+                .push(") FOR UPDATE");
+            // its placeholder count varies with the batch
+            q.one_off();
+            rows.extend(q.fetch_all(&mut *tx).await?);
+        }
+        let current = locked_rows(&rows);
+        let mut taken = HashSet::new();
+        let mut ok = Vec::new();
+        for (k, w) in batch.iter().enumerate() {
+            let Some(cur) = current.get(&w.seen.id) else {
+                continue;
+            };
+            let seen_submit = w.seen.submit_time.map(|t| zone.to_naive(t));
+            let same = cur.state == Some(i64::from(w.seen.state))
+                && cur.flag == Some(1)
+                && cur.host == w.seen.host
+                && cur.submit == seen_submit;
+            if same && taken.insert(w.seen.id) {
+                applied[k] = true;
+                ok.push(k);
+            }
+        }
+        for ((action, now), idx) in write_groups(batch, &ok) {
+            let Some(code) = action.target_state() else {
+                continue;
+            };
+            let ids: Vec<i64> = idx.iter().map(|&k| batch[k].seen.id).collect();
+            for ids in ids.chunks(WRITE_BATCH) {
+                let mut q = Sql::<Self>::new(format!("UPDATE {TASK} SET "));
+                push_sets(&mut q, action, code, zone.to_naive(now));
+                q.push(" WHERE id IN (")
+                    .bind_list(ids.iter())
+                    .push(") AND flag = 1");
+                q.one_off();
+                q.execute(&mut *tx).await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(applied)
+    }
+}
+
+/// A task row as locked by the write.
+struct Locked {
+    state: Option<i64>,
+    flag: Option<i64>,
+    host: Option<String>,
+    submit: Option<NaiveDateTime>,
+}
+
+fn locked_rows(rows: &[RowOf<MySql>]) -> HashMap<i64, Locked> {
+    let mut current = HashMap::new();
+    for r in rows {
+        let Ok(id) = r.try_get::<i64, _>(0) else {
+            continue;
+        };
+        let cur = (|| -> Result<Locked, sqlx::Error> {
+            Ok(Locked {
+                state: r.try_get(1)?,
+                flag: r.try_get(2)?,
+                host: text(r, 3)?,
+                submit: r.try_get(4)?,
+            })
+        })();
+        match cur {
+            Ok(c) => {
+                current.insert(id, c);
+            }
+            Err(e) => {
+                tracing::warn!(task_id = id, error = %e, "cannot decode a locked task row; not writing it")
+            }
+        }
+    }
+    current
+}

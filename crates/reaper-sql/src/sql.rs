@@ -1,0 +1,182 @@
+//! A statement under construction: text and the values bound to it, with the
+//! dialect's placeholders (`?` or `$n`) rendered as values are bound, so that
+//! every statement is written once for both databases and no placeholder is
+//! ever numbered by hand.
+
+use crate::dialect::{Conn, Dialect, RowOf};
+use crate::follow::Val;
+use chrono::NaiveDateTime;
+use std::marker::PhantomData;
+
+/// A value bound to a statement.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Arg {
+    I32(i32),
+    I64(i64),
+    Text(Option<String>),
+    Time(NaiveDateTime),
+    /// Arrays (`UNNEST`) exist on PostgreSQL only.
+    I32s(Vec<i32>),
+    I64s(Vec<i64>),
+    Texts(Vec<Option<String>>),
+    Times(Vec<Option<NaiveDateTime>>),
+}
+
+impl From<i32> for Arg {
+    fn from(v: i32) -> Arg {
+        Arg::I32(v)
+    }
+}
+
+impl From<i64> for Arg {
+    fn from(v: i64) -> Arg {
+        Arg::I64(v)
+    }
+}
+
+impl From<&i64> for Arg {
+    fn from(v: &i64) -> Arg {
+        Arg::I64(*v)
+    }
+}
+
+impl From<Option<String>> for Arg {
+    fn from(v: Option<String>) -> Arg {
+        Arg::Text(v)
+    }
+}
+
+impl From<&str> for Arg {
+    fn from(v: &str) -> Arg {
+        Arg::Text(Some(v.to_string()))
+    }
+}
+
+impl From<NaiveDateTime> for Arg {
+    fn from(v: NaiveDateTime) -> Arg {
+        Arg::Time(v)
+    }
+}
+
+impl From<&Val> for Arg {
+    fn from(v: &Val) -> Arg {
+        match v {
+            Val::I32(x) => Arg::I32(*x),
+            Val::I64(x) => Arg::I64(*x),
+            Val::Text(x) => Arg::Text(Some(x.clone())),
+            Val::Time(x) => Arg::Time(*x),
+        }
+    }
+}
+
+/// One statement for dialect `D`.
+#[derive(Debug)]
+pub(crate) struct Sql<D> {
+    text: String,
+    args: Vec<Arg>,
+    persistent: bool,
+    _dialect: PhantomData<fn() -> D>,
+}
+
+impl<D: Dialect> Sql<D> {
+    pub fn new(text: impl Into<String>) -> Self {
+        Sql {
+            text: text.into(),
+            args: Vec::new(),
+            persistent: true,
+            _dialect: PhantomData,
+        }
+    }
+
+    /// Appends statement text (identifiers from `schema` and constants only,
+    /// never input: values are bound).
+    pub fn push(&mut self, text: &str) -> &mut Self {
+        self.text.push_str(text);
+        self
+    }
+
+    /// Binds a value, writing its placeholder.
+    pub fn bind(&mut self, v: impl Into<Arg>) -> &mut Self {
+        self.args.push(v.into());
+        D::placeholder(self.args.len(), &mut self.text);
+        self
+    }
+
+    /// Binds values as a comma-separated list (for `IN (…)` and `VALUES (…)`).
+    pub fn bind_list<T: Into<Arg>>(&mut self, vs: impl IntoIterator<Item = T>) -> &mut Self {
+        for (k, v) in vs.into_iter().enumerate() {
+            if k > 0 {
+                self.text.push(',');
+            }
+            self.bind(v);
+        }
+        self
+    }
+
+    /// A one-off statement (its text varies, e.g. with a placeholder count):
+    /// not worth a prepared-statement cache entry.
+    pub fn one_off(&mut self) -> &mut Self {
+        self.persistent = false;
+        self
+    }
+
+    #[cfg(test)]
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Text, values and whether to keep it prepared: for the dialect that runs it.
+    pub fn into_parts(self) -> (String, Vec<Arg>, bool) {
+        (self.text, self.args, self.persistent)
+    }
+
+    pub async fn fetch_all(self, c: &mut Conn<D>) -> Result<Vec<RowOf<D>>, sqlx::Error> {
+        D::fetch_all(c, self).await
+    }
+
+    pub async fn fetch_optional(self, c: &mut Conn<D>) -> Result<Option<RowOf<D>>, sqlx::Error> {
+        Ok(D::fetch_all(c, self).await?.into_iter().next())
+    }
+
+    /// Runs the statement; the number of rows it affected.
+    pub async fn execute(self, c: &mut Conn<D>) -> Result<u64, sqlx::Error> {
+        D::execute(c, self).await
+    }
+
+    /// Runs an `INSERT` of one row; the id it was given.
+    pub async fn insert(self, c: &mut Conn<D>) -> Result<i64, sqlx::Error> {
+        D::insert(c, self).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dialect::{MySql, Postgres};
+
+    fn build<D: Dialect>() -> Sql<D> {
+        let mut q = Sql::<D>::new("UPDATE t SET state = ");
+        q.bind(6).push(" WHERE id IN (").bind_list([1i64, 2, 3]);
+        q.push(") AND host ")
+            .push(D::NULL_SAFE_EQ)
+            .push(" ")
+            .bind(Some("h".to_string()));
+        q
+    }
+
+    #[test]
+    fn placeholders_follow_the_binds() {
+        assert_eq!(
+            build::<MySql>().text(),
+            "UPDATE t SET state = ? WHERE id IN (?,?,?) AND host <=> ?"
+        );
+        assert_eq!(
+            build::<Postgres>().text(),
+            "UPDATE t SET state = $1 WHERE id IN ($2,$3,$4) AND host IS NOT DISTINCT FROM $5"
+        );
+        let (_, args, persistent) = build::<Postgres>().into_parts();
+        assert_eq!(args.len(), 5);
+        assert_eq!(args[1], Arg::I64(1));
+        assert!(persistent);
+    }
+}

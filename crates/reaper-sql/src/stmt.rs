@@ -1,0 +1,198 @@
+//! The read statements, written once for both dialects: the catalog, the top
+//! id, pages of candidates and rows by id, and how a task row is decoded from
+//! the dialect's column accessors.
+
+use crate::dialect::{Conn, Dialect, RowOf};
+use crate::read::{BadRow, Page, Select};
+use crate::schema::{
+    finished_list, learned_tables_list, names, worker_group_from_id, Catalog, WorkerGroupCol, TASK,
+    WORKER_GROUP,
+};
+use crate::sql::Sql;
+use crate::{SqlError, TaskRow, PAGE};
+use reaper_core::{Candidate, DsLine, Zone};
+use std::collections::BTreeSet;
+
+pub(crate) async fn ping<D: Dialect>(c: &mut Conn<D>) -> Result<(), SqlError> {
+    Sql::<D>::new("SELECT 1").execute(c).await?;
+    Ok(())
+}
+
+/// The tables, the columns of the tables the adapter uses, and the
+/// `t_ds_version` row.
+pub(crate) async fn schema_facts<D: Dialect>(
+    c: &mut Conn<D>,
+) -> Result<(Catalog, Option<String>), SqlError> {
+    let q = Sql::<D>::new(format!(
+        "SELECT {} FROM information_schema.tables WHERE table_schema = {}",
+        D::as_text("LOWER(table_name)"),
+        D::CURRENT_SCHEMA
+    ));
+    let mut tables = BTreeSet::new();
+    for r in q.fetch_all(c).await? {
+        tables.insert(D::text(&r, 0)?.unwrap_or_default());
+    }
+    let q = Sql::<D>::new(format!(
+        "SELECT {}, {} FROM information_schema.columns \
+         WHERE table_schema = {} AND LOWER(table_name) IN ({})",
+        D::as_text("LOWER(table_name)"),
+        D::as_text("LOWER(column_name)"),
+        D::CURRENT_SCHEMA,
+        learned_tables_list()
+    ));
+    let mut cols = Vec::new();
+    for r in q.fetch_all(c).await? {
+        cols.push((
+            D::text(&r, 0)?.unwrap_or_default(),
+            D::text(&r, 1)?.unwrap_or_default(),
+        ));
+    }
+    // logged, never trusted: a row that cannot be read is no row
+    let version = if tables.contains("t_ds_version") {
+        let q = Sql::<D>::new(format!(
+            "SELECT {} FROM t_ds_version LIMIT 1",
+            D::as_text("version")
+        ));
+        match q.fetch_optional(c).await {
+            Ok(Some(r)) => D::text(&r, 0).ok().flatten(),
+            _ => None,
+        }
+    } else {
+        None
+    };
+    Ok((Catalog::new(tables, cols), version))
+}
+
+pub(crate) async fn max_id<D: Dialect>(c: &mut Conn<D>) -> Result<Option<i64>, SqlError> {
+    let q = Sql::<D>::new(format!("SELECT MAX(id) FROM {TASK}"));
+    match q.fetch_optional(c).await? {
+        Some(r) => Ok(D::int(&r, 0)?),
+        None => Ok(None),
+    }
+}
+
+/// The candidate select list and joins of a line.
+fn select_from(line: DsLine, cat: &Catalog) -> String {
+    let n = names(line);
+    let (wg, wg_name, wg_join) = match n.wg {
+        WorkerGroupCol::Id => (
+            "t.worker_group_id",
+            "g.name",
+            format!(" LEFT JOIN {WORKER_GROUP} g ON g.id = t.worker_group_id"),
+        ),
+        WorkerGroupCol::Name => ("t.worker_group", "NULL", String::new()),
+    };
+    let pc = if cat.has(TASK, "project_code") {
+        "t.project_code"
+    } else {
+        "NULL"
+    };
+    format!(
+        "SELECT t.id, t.name, t.task_type, t.state, t.host, t.submit_time, t.start_time, \
+         {wg}, {wg_name}, {pc}, t.{fk}, t.flag, w.host, w.state \
+         FROM {TASK} t LEFT JOIN {wf} w ON w.id = t.{fk}{wg_join}",
+        fk = n.fk,
+        wf = n.wf_table
+    )
+}
+
+fn decode<D: Dialect>(line: DsLine, zone: Zone, r: &RowOf<D>) -> Result<TaskRow, sqlx::Error> {
+    let t = |v: Option<chrono::NaiveDateTime>| v.and_then(|n| zone.to_instant(n));
+    let worker_group = match names(line).wg {
+        WorkerGroupCol::Id => worker_group_from_id(D::int(r, 7)?, D::text(r, 8)?),
+        WorkerGroupCol::Name => D::text(r, 7)?,
+    };
+    let row = Candidate {
+        id: id::<D>(r)?,
+        name: D::text(r, 1)?.unwrap_or_default(),
+        task_type: D::text(r, 2)?.unwrap_or_default(),
+        state: D::int(r, 3)?.unwrap_or(-1) as i32,
+        host: D::text(r, 4)?,
+        submit_time: t(D::time(r, 5)?),
+        start_time: t(D::time(r, 6)?),
+        worker_group,
+        project_code: D::int(r, 9)?,
+        workflow_instance_id: D::int(r, 10)?,
+        workflow_host: D::text(r, 12)?,
+        workflow_state: D::int(r, 13)?.map(|s| s as i32),
+    };
+    let flag = D::int(r, 11)?;
+    Ok(TaskRow {
+        row,
+        flag: flag.unwrap_or(0) as i32,
+    })
+}
+
+/// The primary key in column 0.
+fn id<D: Dialect>(r: &RowOf<D>) -> Result<i64, sqlx::Error> {
+    D::int(r, 0)?.ok_or_else(|| sqlx::Error::ColumnDecode {
+        index: "0".into(),
+        source: "id is NULL".into(),
+    })
+}
+
+/// Decodes what it can; a row that fails is reported in `bad`, never dropped
+/// silently (the caller logs, counts and keeps tracking it).
+fn decode_page<D: Dialect>(line: DsLine, zone: Zone, rows: &[RowOf<D>]) -> Result<Page, SqlError> {
+    let mut page = Page {
+        raw: rows.len(),
+        ..Page::default()
+    };
+    for r in rows {
+        let id = id::<D>(r)?;
+        page.last_id = Some(id);
+        match decode::<D>(line, zone, r) {
+            Ok(t) => page.rows.push(t),
+            Err(e) => page.bad.push(BadRow {
+                id,
+                may_be_live: Page::may_be_live(
+                    D::int(r, 3).ok().flatten(),
+                    D::int(r, 11).ok().flatten(),
+                ),
+                error: e.to_string(),
+            }),
+        }
+    }
+    Ok(page)
+}
+
+/// Up to [`PAGE`] rows above `after`, by id.
+pub(crate) async fn page<D: Dialect>(
+    c: &mut Conn<D>,
+    line: DsLine,
+    cat: &Catalog,
+    zone: Zone,
+    sel: Select,
+    after: i64,
+) -> Result<Page, SqlError> {
+    let mut q = Sql::<D>::new(select_from(line, cat));
+    q.push(" WHERE t.id > ").bind(after);
+    match sel {
+        Select::Unfinished => {
+            q.push(" AND t.flag = 1 AND t.state NOT IN (")
+                .push(&finished_list())
+                .push(")");
+        }
+    }
+    q.push(&format!(" ORDER BY t.id LIMIT {PAGE}"));
+    let rows = q.fetch_all(c).await?;
+    decode_page::<D>(line, zone, &rows)
+}
+
+pub(crate) async fn by_ids<D: Dialect>(
+    c: &mut Conn<D>,
+    line: DsLine,
+    cat: &Catalog,
+    zone: Zone,
+    ids: &[i64],
+) -> Result<Page, SqlError> {
+    if ids.is_empty() {
+        return Ok(Page::default());
+    }
+    let mut q = Sql::<D>::new(select_from(line, cat));
+    q.push(" WHERE t.id IN (")
+        .bind_list(ids.iter())
+        .push(") ORDER BY t.id");
+    let rows = q.fetch_all(c).await?;
+    decode_page::<D>(line, zone, &rows)
+}

@@ -1,0 +1,111 @@
+//! Conditional task writes (SPEC §4.2) and the workflow follow-up (SPEC §5):
+//! the checks both dialects share. How a dialect makes the write conditional
+//! is its own (`Dialect::write_batch`); the follow-up's transaction is
+//! written once (`follow::tx`).
+
+use crate::dialect::Dialect;
+use crate::sql::Sql;
+use crate::{Db, FollowUpOutcome, FollowUpRequest, SqlError, TaskWrite, WriteOutcome};
+use chrono::NaiveDateTime;
+use reaper_core::{Action, DsLine, FollowUp, Instant};
+use std::collections::HashMap;
+
+/// The `SET` list of a task write: the target state and, except for
+/// fault-tolerance (which leaves `end_time` to DS's recovery), `end_time`.
+pub(crate) fn push_sets<D: Dialect>(q: &mut Sql<D>, action: Action, code: i32, now: NaiveDateTime) {
+    q.push("state = ").bind(code);
+    if action != Action::FaultTolerance {
+        q.push(", end_time = ").bind(now);
+    }
+}
+
+/// The writes at positions `idx` of `batch`, grouped by what they write (one
+/// statement per group), in batch order within a group.
+pub(crate) fn write_groups(
+    batch: &[&TaskWrite],
+    idx: &[usize],
+) -> HashMap<(Action, Instant), Vec<usize>> {
+    let mut groups: HashMap<(Action, Instant), Vec<usize>> = HashMap::new();
+    for &k in idx {
+        let w = batch[k];
+        groups.entry((w.action, w.now)).or_default().push(k);
+    }
+    groups
+}
+
+impl Db {
+    /// Conditional batch writes (SPEC §4.2); one outcome per input, in order.
+    pub async fn write_tasks(
+        &self,
+        line: DsLine,
+        writes: &[TaskWrite],
+    ) -> Result<Vec<WriteOutcome>, SqlError> {
+        for w in writes {
+            let code = w
+                .action
+                .target_state()
+                .ok_or_else(|| SqlError::Invalid(format!("action {} writes nothing", w.action)))?;
+            if !line.can_write(code) {
+                return Err(SqlError::Invalid(format!(
+                    "state {code} does not exist on line {line}"
+                )));
+            }
+        }
+        let mut outcomes = vec![WriteOutcome::LostRace; writes.len()];
+        // A row seen finished or flag = 0 is never written (SPEC §4.8).
+        let idx: Vec<usize> = (0..writes.len())
+            .filter(|&i| !DsLine::is_finished_task_state(writes[i].seen.state))
+            .collect();
+        // One transaction for the whole batch: one commit (one log flush)
+        // instead of one per chunk.
+        let batch: Vec<&TaskWrite> = idx.iter().map(|&i| &writes[i]).collect();
+        let zone = self.zone;
+        // The follow-up's tables are checked too: a schema the adapter does
+        // not understand must stop it before the task write, not after it.
+        let applied = with_conn!(self, "writing task rows", |c: D| async {
+            self.catalog_on::<D>(c).await?.require_writes(line)?;
+            D::write_batch(c, zone, &batch).await
+        })?;
+        for (k, &i) in idx.iter().enumerate() {
+            if applied[k] {
+                outcomes[i] = WriteOutcome::Applied;
+            }
+        }
+        Ok(outcomes)
+    }
+
+    /// The workflow follow-up after a successful task write (SPEC §5), one
+    /// transaction that locks and re-reads the workflow row (SPEC §4.9).
+    ///
+    /// `live_master` answers, from the caller's registry view at the moment it
+    /// is asked, whether a raw workflow `host` is a live master: it is asked
+    /// under the row lock, and `recover` runs only when the answer is no.
+    pub async fn follow_up(
+        &self,
+        line: DsLine,
+        req: &FollowUpRequest,
+        live_master: &(dyn Fn(&str) -> bool + Send + Sync),
+    ) -> Result<FollowUpOutcome, SqlError> {
+        if req.follow_up == FollowUp::None {
+            return Ok(FollowUpOutcome::Skipped(
+                "workflow follow-up is none".into(),
+            ));
+        }
+        if !req.action.writes() {
+            return Err(SqlError::Invalid(
+                "a workflow follow-up needs a task write (fail, fault-tolerance or kill)".into(),
+            ));
+        }
+        let Some(wf) = req.task.workflow_instance_id else {
+            return Ok(FollowUpOutcome::Skipped(
+                "the task has no workflow instance id".into(),
+            ));
+        };
+        let zone = self.zone;
+        with_conn!(self, "the workflow follow-up", |c: D| async {
+            let cat = self.catalog_on::<D>(c).await?;
+            cat.require_writes(line)?;
+            crate::follow::tx::follow_up::<D>(c, line, &cat, zone, req, wf, live_master).await
+        })
+    }
+}
