@@ -1,5 +1,6 @@
-//! The adapter's errors.
+//! The adapter's errors, and how they cross the port.
 
+use reaper_core::ports::PortError;
 use std::fmt;
 use std::time::Duration;
 
@@ -87,6 +88,73 @@ impl SqlError {
         SqlError::Timeout {
             side: TimeoutSide::Client,
             detail: format!("{what} did not finish within {limit:?}"),
+        }
+    }
+
+    /// Whether retrying later may succeed: the database failed or could not
+    /// be reached in time. Everything else is a request this database cannot
+    /// serve as asked (a bad URL, an unknown schema, a missing column, a row
+    /// that cannot be decoded, a bad argument).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, SqlError::Db(_) | SqlError::Timeout { .. })
+    }
+}
+
+/// `Unavailable` for database and timeout errors, `Invalid` for the rest;
+/// the message is the adapter's own.
+impl From<SqlError> for PortError {
+    fn from(e: SqlError) -> PortError {
+        if e.is_unavailable() {
+            PortError::Unavailable(e.to_string())
+        } else {
+            PortError::Invalid(e.to_string())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_errors_keep_the_message() {
+        let e: PortError = SqlError::Timeout {
+            side: TimeoutSide::Client,
+            detail: "ping did not finish within 1s".into(),
+        }
+        .into();
+        assert_eq!(
+            e,
+            PortError::Unavailable(
+                "database call timed out (client side): ping did not finish within 1s".into()
+            )
+        );
+        let e: PortError = SqlError::Db(sqlx::Error::PoolClosed).into();
+        assert!(matches!(e, PortError::Unavailable(m) if m.starts_with("database error: ")));
+        for (e, text) in [
+            (
+                SqlError::SchemaMismatch("t has no column(s) x".into()),
+                "schema mismatch: t has no column(s) x",
+            ),
+            (
+                SqlError::Invalid("no states to scan".into()),
+                "invalid request: no states to scan",
+            ),
+            (
+                SqlError::UnknownSchema("no t_ds_task_instance table".into()),
+                "the schema matches no DolphinScheduler line: no t_ds_task_instance table",
+            ),
+            (SqlError::BadUrl("x".into()), "bad database URL: x"),
+            (
+                SqlError::Undecodable {
+                    table: "t_ds_task_instance".into(),
+                    id: 7,
+                    reason: "bad date".into(),
+                },
+                "t_ds_task_instance row 7 cannot be decoded: bad date",
+            ),
+        ] {
+            assert_eq!(PortError::from(e), PortError::Invalid(text.into()));
         }
     }
 }

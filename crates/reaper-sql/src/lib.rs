@@ -1,7 +1,8 @@
 //! The database side of ds-reaper: line detection from the schema, candidate
 //! reads (a cheap incremental sweep and a keyset-paged full scan), conditional
 //! task writes and the workflow follow-ups of SPEC §5, for MySQL/MariaDB and
-//! PostgreSQL.
+//! PostgreSQL; [`SqlStore`] serves them to the engine as its
+//! [`TaskStore`](reaper_core::ports::TaskStore).
 //!
 //! Two typed sqlx pools are used rather than `sqlx::Any`, which neither
 //! translates placeholders nor decodes DS's column types. Every statement is
@@ -70,6 +71,7 @@ mod schema;
 mod settings;
 mod sql;
 mod stmt;
+mod store;
 mod write;
 
 use dialect::{Conn, Dialect};
@@ -87,6 +89,7 @@ pub use detect::detect_lines;
 pub use error::{SqlError, TimeoutSide};
 pub use follow::{CommandRow, Val};
 pub use settings::{redact_url, DbKind, DbSettings};
+pub use store::SqlStore;
 // The domain types at the seam live in the core, with the port they serve.
 pub use reaper_core::ports::{
     FollowUpOutcome, FollowUpRequest, SchemaInfo, TaskRow, TaskWrite, WriteOutcome,

@@ -1,0 +1,122 @@
+//! The engine's [`TaskStore`] port on DS's database: a [`Db`] plus the
+//! incremental sweep's cursor, which the store keeps.
+
+use crate::cursor::{CursorStats, SweepCursor};
+use crate::Db;
+use reaper_core::ports::{
+    BoxFuture, FollowUpOutcome, FollowUpRequest, LiveMaster, PortError, Scan, SchemaInfo, TaskRow,
+    TaskStore, TaskWrite, WriteOutcome,
+};
+use reaper_core::{Candidate, DsLine};
+use tokio::sync::Mutex;
+
+/// DS's database as the engine's [`TaskStore`].
+///
+/// `candidates(…, Scan::Incremental)` is [`Db::incremental`] and
+/// `candidates(…, Scan::Full)` is [`Db::full_scan`], both on the store's own
+/// cursor, which is held for the whole read: sweeps never interleave on it,
+/// and a read that fails leaves it as it was. `scan_once` is a full scan on a
+/// fresh cursor (`check`), leaving the sweep's alone.
+#[derive(Debug)]
+pub struct SqlStore {
+    db: Db,
+    cursor: Mutex<SweepCursor>,
+}
+
+impl SqlStore {
+    pub fn new(db: Db) -> Self {
+        Self::with_cursor(db, SweepCursor::new())
+    }
+
+    /// A store whose sweeps continue from `cursor` (a restart from a
+    /// persisted mark, a benchmark of a given range).
+    pub fn with_cursor(db: Db, cursor: SweepCursor) -> Self {
+        SqlStore {
+            db,
+            cursor: Mutex::new(cursor),
+        }
+    }
+
+    /// The adapter itself, for what the port does not cover (`ds-sim`,
+    /// benchmarks, the schema's zone).
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
+    /// The sweep cursor's figures (waits for a sweep in progress).
+    pub async fn cursor_stats(&self) -> CursorStats {
+        self.cursor.lock().await.stats()
+    }
+
+    /// A copy of the sweep cursor (waits for a sweep in progress).
+    pub async fn cursor(&self) -> SweepCursor {
+        self.cursor.lock().await.clone()
+    }
+
+    /// Replaces the sweep cursor, returning the previous one.
+    pub async fn set_cursor(&self, cursor: SweepCursor) -> SweepCursor {
+        std::mem::replace(&mut *self.cursor.lock().await, cursor)
+    }
+}
+
+impl TaskStore for SqlStore {
+    fn detect(&self) -> BoxFuture<'_, Result<SchemaInfo, PortError>> {
+        Box::pin(async move { Ok(self.db.detect().await?) })
+    }
+
+    fn ping(&self) -> BoxFuture<'_, Result<(), PortError>> {
+        Box::pin(async move { Ok(self.db.ping().await?) })
+    }
+
+    fn candidates<'a>(
+        &'a self,
+        line: DsLine,
+        states: &'a [i32],
+        scan: Scan,
+    ) -> BoxFuture<'a, Result<Vec<Candidate>, PortError>> {
+        Box::pin(async move {
+            let mut cursor = self.cursor.lock().await;
+            let found = match scan {
+                Scan::Incremental => self.db.incremental(line, states, &mut cursor).await?,
+                Scan::Full => self.db.full_scan(line, states, &mut cursor).await?,
+            };
+            Ok(found)
+        })
+    }
+
+    fn scan_once<'a>(
+        &'a self,
+        line: DsLine,
+        states: &'a [i32],
+    ) -> BoxFuture<'a, Result<Vec<Candidate>, PortError>> {
+        Box::pin(async move {
+            let mut fresh = SweepCursor::new();
+            Ok(self.db.full_scan(line, states, &mut fresh).await?)
+        })
+    }
+
+    fn task(&self, line: DsLine, id: i64) -> BoxFuture<'_, Result<Option<TaskRow>, PortError>> {
+        Box::pin(async move { Ok(self.db.task(line, id).await?) })
+    }
+
+    fn write_tasks<'a>(
+        &'a self,
+        line: DsLine,
+        writes: &'a [TaskWrite],
+    ) -> BoxFuture<'a, Result<Vec<WriteOutcome>, PortError>> {
+        Box::pin(async move { Ok(self.db.write_tasks(line, writes).await?) })
+    }
+
+    fn follow_up<'a>(
+        &'a self,
+        line: DsLine,
+        req: &'a FollowUpRequest,
+        live_master: LiveMaster<'a>,
+    ) -> BoxFuture<'a, Result<FollowUpOutcome, PortError>> {
+        Box::pin(async move { Ok(self.db.follow_up(line, req, live_master).await?) })
+    }
+
+    fn rows_skipped(&self) -> Vec<(String, u64)> {
+        self.db.rows_skipped()
+    }
+}
