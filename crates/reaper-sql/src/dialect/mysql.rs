@@ -8,7 +8,7 @@ use crate::{SqlError, TaskWrite, WRITE_BATCH};
 use chrono::NaiveDateTime;
 use reaper_core::Zone;
 use sqlx::mysql::{MySqlArguments, MySqlConnectOptions, MySqlConnection, MySqlRow};
-use sqlx::{Arguments, Connection, Executor, Row};
+use sqlx::{Arguments, Connection, Executor, Row, Type, ValueRef};
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
 use std::time::Duration;
@@ -35,12 +35,18 @@ fn arguments(args: Vec<Arg>) -> Result<MySqlArguments, sqlx::Error> {
 /// A text column: tables with a `utf8_bin` collation (3.2+) report their
 /// varchars as binary, which sqlx will not decode as `String`.
 fn text(r: &MySqlRow, i: usize) -> Result<Option<String>, sqlx::Error> {
-    match r.try_get::<Option<String>, _>(i) {
-        Ok(v) => Ok(v),
-        Err(_) => Ok(r
-            .try_get::<Option<Vec<u8>>, _>(i)?
-            .map(|b| String::from_utf8_lossy(&b).into_owned())),
+    let v = r.try_get_raw(i)?;
+    if v.is_null() {
+        return Ok(None);
     }
+    // asked first, so that the common binary case builds no error to discard
+    if <String as Type<sqlx::MySql>>::compatible(&v.type_info()) {
+        if let Ok(s) = r.try_get::<String, _>(i) {
+            return Ok(Some(s));
+        }
+    }
+    Ok(r.try_get::<Option<Vec<u8>>, _>(i)?
+        .map(|b| String::from_utf8_lossy(&b).into_owned()))
 }
 
 impl Dialect for MySql {

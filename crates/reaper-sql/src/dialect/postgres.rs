@@ -8,7 +8,7 @@ use crate::{SqlError, TaskWrite};
 use chrono::{NaiveDate, NaiveDateTime, TimeDelta};
 use reaper_core::Zone;
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgConnection, PgRow, PgValueFormat};
-use sqlx::{Arguments, Connection, Executor, Row, Type, ValueRef};
+use sqlx::{Arguments, Connection, Decode, Executor, Row, Type, ValueRef};
 use std::collections::HashSet;
 use std::str::FromStr;
 use std::time::Duration;
@@ -100,14 +100,25 @@ impl Dialect for Postgres {
         if v.is_null() {
             return Ok(None);
         }
-        let ty = v.type_info().into_owned();
-        if <i32 as Type<sqlx::Postgres>>::compatible(&ty) {
-            Ok(Some(i64::from(r.try_get::<i32, _>(i)?)))
-        } else if <i16 as Type<sqlx::Postgres>>::compatible(&ty) {
-            Ok(Some(i64::from(r.try_get::<i16, _>(i)?)))
+        let (int4, int2) = {
+            let ty = v.type_info();
+            (
+                <i32 as Type<sqlx::Postgres>>::compatible(&ty),
+                <i16 as Type<sqlx::Postgres>>::compatible(&ty),
+            )
+        };
+        let decoded = if int4 {
+            <i32 as Decode<sqlx::Postgres>>::decode(v).map(i64::from)
+        } else if int2 {
+            <i16 as Decode<sqlx::Postgres>>::decode(v).map(i64::from)
         } else {
-            r.try_get(i)
-        }
+            // int8, or a mismatch that try_get names
+            return r.try_get(i);
+        };
+        decoded.map(Some).map_err(|e| sqlx::Error::ColumnDecode {
+            index: i.to_string(),
+            source: e,
+        })
     }
 
     fn text(r: &PgRow, i: usize) -> Result<Option<String>, sqlx::Error> {
