@@ -8,23 +8,38 @@
 //! - the adapter's full scan vs the raw full-scan SQL;
 //! - failing the 2,000 live rows with the adapter vs one raw `UPDATE … WHERE id IN (…)`.
 //!
+//! The adapter is used the way the engine uses it: through the `TaskStore`
+//! port (`Arc<dyn TaskStore>` over a `SqlStore`), which keeps the cursor.
+//!
 //! Raw statements run through the command-line clients: `psql` with `\timing`,
 //! `mariadb` with `SHOW PROFILES` (server-side duration). Each figure is the
-//! best of five runs after a warm-up (the machine is shared: the minimum filters
-//! other load best).
+//! best of five runs (`BENCH_RUNS`) after a warm-up (the machine is shared: the
+//! minimum filters other load best).
 
 use anyhow::{bail, Context, Result};
 use ds_sim::db::{SimDb, SimKind, WorkflowSpec};
+use reaper_core::ports::{Scan, TaskStore};
 use reaper_core::{Action, Candidate, DsLine, Zone};
-use reaper_sql::{Db, DbSettings, SweepCursor, TaskWrite, WriteOutcome};
+use reaper_sql::{Db, DbSettings, SqlStore, SweepCursor, TaskWrite, WriteOutcome};
 use std::io::Write;
 use std::process::{Command, Stdio};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 const FIXTURE: &str = "3.2.2";
 const LIVE: i64 = 2_000;
 const RECENT: i64 = 50_000;
-const RUNS: usize = 5;
+/// Timed runs per figure, after a warm-up (`BENCH_RUNS`, default 5).
+fn runs() -> usize {
+    static RUNS: OnceLock<usize> = OnceLock::new();
+    *RUNS.get_or_init(|| {
+        std::env::var("BENCH_RUNS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or(5)
+    })
+}
 const STATES: [i32; 2] = [1, 17];
 
 const SELECT: &str =
@@ -51,12 +66,12 @@ fn min(v: &[f64]) -> f64 {
     v.iter().cloned().fold(f64::INFINITY, f64::min)
 }
 
-/// Runs `sql` RUNS times in one client session; the best statement time in ms.
+/// Runs `sql` `runs()` times in one client session; the best statement time in ms.
 fn raw(kind: SimKind, url: &str, db: &str, sql: &str) -> Result<f64> {
     match kind {
         SimKind::Postgres => {
             let mut script = String::from("\\timing on\n\\o /dev/null\n");
-            for _ in 0..RUNS + 1 {
+            for _ in 0..runs() + 1 {
                 script.push_str(sql);
                 script.push_str(";\n");
             }
@@ -69,7 +84,7 @@ fn raw(kind: SimKind, url: &str, db: &str, sql: &str) -> Result<f64> {
                 .filter_map(|l| l.strip_prefix("Time: "))
                 .filter_map(|l| l.split_whitespace().next()?.parse().ok())
                 .collect();
-            if times.len() != RUNS + 1 {
+            if times.len() != runs() + 1 {
                 bail!("psql printed {} timings: {out}", times.len());
             }
             Ok(min(&times[1..]))
@@ -77,7 +92,7 @@ fn raw(kind: SimKind, url: &str, db: &str, sql: &str) -> Result<f64> {
         SimKind::MySql => {
             let u = url::parse(url)?;
             let mut script = String::from("SET profiling = 1; SET profiling_history_size = 100;\n");
-            for _ in 0..RUNS + 1 {
+            for _ in 0..runs() + 1 {
                 script.push_str(sql);
                 script.push_str(";\n");
             }
@@ -109,7 +124,7 @@ fn raw(kind: SimKind, url: &str, db: &str, sql: &str) -> Result<f64> {
                     }
                 })
                 .collect();
-            if times.len() != RUNS + 1 {
+            if times.len() != runs() + 1 {
                 bail!("mariadb printed {} profiles", times.len());
             }
             Ok(min(&times[1..]))
@@ -192,38 +207,39 @@ async fn bench(kind: SimKind, rows: u64) -> Result<Row> {
     };
     eprintln!("   filled in {:.1}s", t0.elapsed().as_secs_f64());
 
-    let db = Db::connect_lazy(&DbSettings {
+    let store = Arc::new(SqlStore::new(Db::connect_lazy(&DbSettings {
         url: sim.url().to_string(),
         password: None,
         max_connections: 4,
         statement_timeout: Duration::from_secs(300),
         zone: "UTC".parse::<Zone>()?,
-    })?;
+    })?));
+    let port: Arc<dyn TaskStore> = store.clone();
 
     // full scan
     let mut full_t = vec![];
-    let mut base = SweepCursor::new();
     let mut cands: Vec<Candidate> = vec![];
-    for i in 0..RUNS + 1 {
-        let mut c = SweepCursor::new();
+    for i in 0..runs() + 1 {
+        store.set_cursor(SweepCursor::new()).await;
         let t = Instant::now();
-        cands = db.full_scan(line, &STATES, &mut c).await?;
+        cands = port.candidates(line, &STATES, Scan::Full).await?;
         if i > 0 {
             full_t.push(ms(t.elapsed()));
         }
-        base = c;
     }
+    let base = store.cursor().await;
     if cands.len() as i64 != LIVE + stragglers.len() as i64 {
         bail!("full scan found {} candidates", cands.len());
     }
     // incremental over the newest RECENT rows, stragglers tracked by id
     let mark = recent_from;
     let mut inc_t = vec![];
-    for i in 0..RUNS + 1 {
+    for i in 0..runs() + 1 {
         let mut c = base.clone();
         c.set_low_water(mark);
+        store.set_cursor(c).await;
         let t = Instant::now();
-        let got = db.incremental(line, &STATES, &mut c).await?;
+        let got = port.candidates(line, &STATES, Scan::Incremental).await?;
         if i > 0 {
             inc_t.push(ms(t.elapsed()));
         }
@@ -261,10 +277,10 @@ async fn bench(kind: SimKind, rows: u64) -> Result<Row> {
         })
         .collect();
     let mut write_t = vec![];
-    for i in 0..RUNS + 1 {
+    for i in 0..runs() + 1 {
         sim.exec(&reset).await?;
         let t = Instant::now();
-        let out = db.write_tasks(line, &writes).await?;
+        let out = port.write_tasks(line, &writes).await?;
         if i > 0 {
             write_t.push(ms(t.elapsed()));
         }
@@ -276,7 +292,7 @@ async fn bench(kind: SimKind, rows: u64) -> Result<Row> {
     let upd = format!(
         "UPDATE t_ds_task_instance SET state = 6, end_time = '2025-01-01 00:00:00' WHERE id IN ({ids})"
     );
-    for _ in 0..RUNS {
+    for _ in 0..runs() {
         sim.exec(&reset).await?;
         // one statement per client run so that every UPDATE changes rows
         let one = raw_once(kind, &url, &name, &upd)?;
