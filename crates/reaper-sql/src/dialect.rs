@@ -10,6 +10,8 @@
 //!   `UPDATE … FROM UNNEST … RETURNING`, MySQL has no `RETURNING` and locks,
 //!   compares and updates by id;
 //! - the id of an inserted command: `RETURNING id` / `LAST_INSERT_ID()`.
+//!
+//! Row locks are not among them: `SELECT … FOR UPDATE` reads the same on both.
 
 mod mysql;
 mod postgres;

@@ -165,6 +165,11 @@ pub(crate) async fn page<D: Dialect>(
     sel: Select,
     after: i64,
 ) -> Result<Page, SqlError> {
+    let rows = page_sql::<D>(line, cat, sel, after).fetch_all(c).await?;
+    decode_page::<D>(line, zone, &rows)
+}
+
+fn page_sql<D: Dialect>(line: DsLine, cat: &Catalog, sel: Select, after: i64) -> Sql<D> {
     let mut q = Sql::<D>::new(select_from(line, cat));
     q.push(" WHERE t.id > ").bind(after);
     match sel {
@@ -175,8 +180,7 @@ pub(crate) async fn page<D: Dialect>(
         }
     }
     q.push(&format!(" ORDER BY t.id LIMIT {PAGE}"));
-    let rows = q.fetch_all(c).await?;
-    decode_page::<D>(line, zone, &rows)
+    q
 }
 
 pub(crate) async fn by_ids<D: Dialect>(
@@ -195,4 +199,31 @@ pub(crate) async fn by_ids<D: Dialect>(
         .push(") ORDER BY t.id");
     let rows = q.fetch_all(c).await?;
     decode_page::<D>(line, zone, &rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dialect::{MySql, Postgres};
+
+    #[test]
+    fn one_page_statement_for_both_dialects() {
+        let cat = Catalog::new(
+            [TASK.to_string()].into(),
+            vec![(TASK.into(), "project_code".into())],
+        );
+        let select = "SELECT t.id, t.name, t.task_type, t.state, t.host, t.submit_time, \
+            t.start_time, t.worker_group, NULL, t.project_code, t.process_instance_id, t.flag, \
+            w.host, w.state FROM t_ds_task_instance t \
+            LEFT JOIN t_ds_process_instance w ON w.id = t.process_instance_id";
+        let tail = "AND t.flag = 1 AND t.state NOT IN (3,5,6,7,9,13) ORDER BY t.id LIMIT 5000";
+        assert_eq!(
+            page_sql::<MySql>(DsLine::V3_2, &cat, Select::Unfinished, 7).text(),
+            format!("{select} WHERE t.id > ? {tail}")
+        );
+        assert_eq!(
+            page_sql::<Postgres>(DsLine::V3_2, &cat, Select::Unfinished, 7).text(),
+            format!("{select} WHERE t.id > $1 {tail}")
+        );
+    }
 }
