@@ -72,6 +72,78 @@ pub struct AgentSeen {
     /// Since when the daemon has seen this agent without a gap (a new
     /// session, a reconnect or the node's absence restarts it).
     pub since: Instant,
+    /// When a report listing each task last arrived (evidence
+    /// `process_seen_at`; a later listing also resets a missing clock).
+    #[serde(default)]
+    pub listed_at: std::collections::BTreeMap<i64, Instant>,
+    /// The latest fresh reports of the current streak, oldest first (at
+    /// most [`HISTORY`]): when each arrived, when its scan began, what it
+    /// listed. The planner finds in it the first report that lacked a task.
+    #[serde(default)]
+    pub history: std::collections::VecDeque<ReportMark>,
+}
+
+/// One fresh report, as the planner needs it later.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReportMark {
+    pub received_at: Instant,
+    /// Epoch ms.
+    pub scan_started_at: i64,
+    /// Task ids listed, sorted.
+    pub tasks: Vec<i64>,
+}
+
+/// Reports kept per agent: enough to cover the time between two sweeps; a
+/// missing clock, once started, is kept by the planner.
+pub const HISTORY: usize = 16;
+
+/// How long `listed_at` remembers a task no report lists any more.
+pub const LISTED_KEEP: chrono::TimeDelta = chrono::TimeDelta::hours(1);
+
+impl AgentSeen {
+    /// A report arrived at `now`. `since` carries over only from a previous
+    /// report that was fresh and arrived within `stale_after`, with no gap
+    /// (`gap`) in the daemon's sight of the registry in between: any gap in
+    /// the agent's freshness restarts the missing clocks (SPEC §12).
+    pub fn received(
+        prev: Option<&AgentSeen>,
+        report: Option<AgentReport>,
+        now: Instant,
+        gap: bool,
+        stale_after: std::time::Duration,
+    ) -> AgentSeen {
+        let mut listed_at = prev.map(|p| p.listed_at.clone()).unwrap_or_default();
+        listed_at.retain(|_, t| now - *t <= LISTED_KEEP);
+        if let Some(r) = &report {
+            for t in &r.tasks {
+                listed_at.insert(t.task_id, now);
+            }
+        }
+        let (since, mut history) = match prev {
+            Some(p) if !gap && p.fresh(now, stale_after) => (p.since, p.history.clone()),
+            _ => (now, std::collections::VecDeque::new()),
+        };
+        if let Some(r) = report.as_ref().filter(|r| r.unreadable == 0) {
+            let mut tasks: Vec<i64> = r.tasks.iter().map(|t| t.task_id).collect();
+            tasks.sort_unstable();
+            tasks.dedup();
+            if history.len() == HISTORY {
+                history.pop_front();
+            }
+            history.push_back(ReportMark {
+                received_at: now,
+                scan_started_at: r.scan_started_at,
+                tasks,
+            });
+        }
+        AgentSeen {
+            report,
+            received_at: now,
+            since,
+            listed_at,
+            history,
+        }
+    }
 }
 
 impl AgentSeen {
@@ -120,13 +192,16 @@ mod tests {
             unreadable: 0,
             tasks: vec![],
         };
-        let seen = AgentSeen {
-            report: Some(report.clone()),
-            received_at: t(0),
-            since: t(0),
-        };
         let stale = std::time::Duration::from_secs(35);
+        let seen = AgentSeen::received(None, Some(report.clone()), t(0), false, stale);
         assert!(seen.fresh(t(35), stale));
+        // a report within the window keeps `since`; after a stale spell or a gap it restarts
+        let next = AgentSeen::received(Some(&seen), Some(report.clone()), t(30), false, stale);
+        assert_eq!((next.since, next.received_at), (t(0), t(30)));
+        let late = AgentSeen::received(Some(&next), Some(report.clone()), t(70), false, stale);
+        assert_eq!(late.since, t(70));
+        let gap = AgentSeen::received(Some(&next), Some(report.clone()), t(40), true, stale);
+        assert_eq!(gap.since, t(40));
         assert!(!seen.fresh(t(36), stale));
         let denied = AgentSeen {
             report: Some(AgentReport {

@@ -207,6 +207,30 @@ pub const LOGIC_TASK_TYPES: &[&str] = &[
     "BLOCKING",
 ];
 
+/// Task types DS runs as a process of their own on the worker, started
+/// with the execute path as working directory (reference §2.1). SQL,
+/// PROCEDURE, HTTP and the logic tasks run inside the worker or master JVM.
+pub const COMMAND_TASK_TYPES: &[&str] = &[
+    "SHELL",
+    "PYTHON",
+    "SPARK",
+    "FLINK",
+    "FLINK_STREAM",
+    "MR",
+    "DATAX",
+    "SQOOP",
+    "HIVECLI",
+    "JAVA",
+    "SEATUNNEL",
+    "PYTORCH",
+    "MLFLOW",
+    "JUPYTER",
+    "DVC",
+    "OPENMLDB",
+    "CHUNJUN",
+    "LINKIS",
+];
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown DolphinScheduler line {0:?} (expected one of 1.2, 1.3, 2.0, 3.0, 3.1.0, 3.1, 3.2, 3.3)")]
 pub struct UnknownLine(pub String);

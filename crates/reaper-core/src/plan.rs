@@ -23,7 +23,14 @@ pub struct SafetyState {
     /// When set, nothing is written and this says why (not the leader, the
     /// detected DS line disagrees with itself, ...).
     pub hold: Option<String>,
+    /// SPEC §12: per task, since when a fresh agent's reports lack its
+    /// process (the daemon's clock).
+    #[serde(default)]
+    pub missing_since: std::collections::BTreeMap<i64, Instant>,
 }
+
+/// The note of a zombie whose process a fresh agent still lists.
+pub const PROCESS_ALIVE: &str = "process_alive";
 
 /// Why an action the policy asked for is not taken in this sweep.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,6 +47,9 @@ pub enum Blocked {
     RateLimit,
     /// The action's state code does not exist on the line (never written).
     Unwritable,
+    /// A fresh agent lists the task's process (SPEC §12): never acted on for
+    /// a lost, restarted or stale worker while it runs.
+    ProcessAlive,
 }
 
 impl Blocked {
@@ -51,6 +61,7 @@ impl Blocked {
             Blocked::SweepCap => "max_actions_per_sweep reached".into(),
             Blocked::RateLimit => "rate limit (rate.per_minute) reached".into(),
             Blocked::Unwritable => "the action's state code does not exist on this DS line".into(),
+            Blocked::ProcessAlive => PROCESS_ALIVE.into(),
         }
     }
 }
@@ -140,14 +151,19 @@ pub fn plan(
                 brake: state.brake.clone(),
                 bucket: Some(bucket),
                 hold: state.hold.clone(),
+                missing_since: state.missing_since.clone(),
             },
         };
     };
 
+    let mut missing = state.missing_since.clone();
     let mut zombies: Vec<Zombie> = candidates
         .iter()
-        .filter_map(|c| judge(view, valid_since, c, now, policy))
+        .filter_map(|c| judge(view, valid_since, c, now, policy, &mut missing))
         .collect();
+    // Only rows still live are tracked, so the map stays bounded.
+    let live: std::collections::HashSet<i64> = candidates.iter().map(|c| c.id).collect();
+    missing.retain(|id, _| live.contains(id));
 
     let acting = zombies
         .iter()
@@ -196,6 +212,7 @@ pub fn plan(
             brake,
             bucket: Some(bucket),
             hold: state.hold.clone(),
+            missing_since: missing,
         },
     }
 }
@@ -232,6 +249,7 @@ fn judge(
     c: &Candidate,
     now: Instant,
     policy: &Policy,
+    missing: &mut std::collections::BTreeMap<i64, Instant>,
 ) -> Option<Zombie> {
     // Safety rule 8: finished rows are never ours, whatever the query returned.
     if DsLine::is_finished_task_state(c.state) {
@@ -288,6 +306,8 @@ fn judge(
                 .is_some_and(|rt| rt < now - delta(policy.heartbeat_stale_after))
             {
                 Reason::HeartbeatStale
+            } else if process_gone(view, raw, c, now, policy, missing, &mut evidence) {
+                Reason::ProcessGone
             } else {
                 return None;
             }
@@ -320,6 +340,25 @@ fn judge(
         Reason::NoHost
     };
 
+    if reason != Reason::ProcessGone {
+        missing.remove(&c.id);
+    }
+    let agent = c
+        .host
+        .as_deref()
+        .and_then(|h| agent_of(view, h))
+        .filter(|a| a.fresh(now, policy.agent_stale_after));
+    if let Some(a) = c.host.as_deref().and_then(|h| agent_of(view, h)) {
+        evidence.process_seen_at = a.listed_at.get(&c.id).copied();
+    }
+    // SPEC §12: while a fresh agent lists the process, the task runs.
+    let process_alive = policy.hold_while_process_alive
+        && matches!(
+            reason,
+            Reason::WorkerLost | Reason::WorkerRestarted | Reason::HeartbeatStale
+        )
+        && agent.is_some_and(|a| a.report.as_ref().is_some_and(|r| r.lists(c.id)));
+
     let (owner_master, owner_master_alive) = owner_master(view, c);
 
     let facts = RuleFacts {
@@ -338,8 +377,12 @@ fn judge(
             Disposition::Report
         }
         Some(code) if !policy.line.can_write(code) => Disposition::Blocked(Blocked::Unwritable),
+        Some(_) if process_alive => Disposition::Blocked(Blocked::ProcessAlive),
         Some(_) => Disposition::Act,
     };
+    if process_alive {
+        note = Some(PROCESS_ALIVE.to_string());
+    }
 
     if workflow != FollowUp::None && c.workflow_instance_id.is_none() {
         note = Some("the task row has no workflow instance id; no workflow follow-up".into());
@@ -371,6 +414,71 @@ fn judge(
     })
 }
 
+/// The agent of the worker a (raw) task host names, live or lost.
+fn agent_of<'a>(view: &'a RegistryView, raw_host: &str) -> Option<&'a crate::agent::AgentSeen> {
+    let name = view.resolve(NodeKind::Worker, raw_host);
+    view.agents.get(name.as_ref())
+}
+
+/// SPEC §12 `process_gone` for a task on a live worker: a RUNNING task with
+/// a process of its own, whose worker's fresh agent has lacked it for
+/// `process_gone_after`. The task's missing clock starts at the arrival of
+/// the first fresh report lacking it whose scan began after the task started
+/// (+ skew), found in the agent's recent reports; it is kept in `missing`
+/// across sweeps and restarts when a report lists the task again or the
+/// agent's freshness had a gap.
+fn process_gone(
+    view: &RegistryView,
+    raw_host: &str,
+    c: &Candidate,
+    now: Instant,
+    policy: &Policy,
+    missing: &mut std::collections::BTreeMap<i64, Instant>,
+    evidence: &mut Evidence,
+) -> bool {
+    let running = policy.line.state_code("RUNNING_EXECUTION") == Some(c.state);
+    let agent = agent_of(view, raw_host).filter(|a| a.fresh(now, policy.agent_stale_after));
+    let (Some(agent), true, Some(start)) = (
+        agent,
+        running && policy.has_process(&c.task_type),
+        c.start_time,
+    ) else {
+        missing.remove(&c.id);
+        return false;
+    };
+    if agent.report.as_ref().is_some_and(|r| r.lists(c.id)) {
+        missing.remove(&c.id);
+        return false;
+    }
+    let after = (start + delta(policy.clock_skew_tolerance)).timestamp_millis();
+    let mut first = None;
+    for mark in &agent.history {
+        if mark.tasks.binary_search(&c.id).is_ok() {
+            first = None;
+        } else if first.is_none() && mark.scan_started_at > after {
+            first = Some(mark.received_at);
+        }
+    }
+    let listed_later = |m: Instant| agent.listed_at.get(&c.id).is_some_and(|l| *l > m);
+    let kept = missing
+        .get(&c.id)
+        .copied()
+        .filter(|m| *m >= agent.since && !listed_later(*m));
+    let since = match (kept, first) {
+        (Some(k), Some(f)) => k.min(f),
+        (k, f) => match k.or(f) {
+            Some(x) => x,
+            None => {
+                missing.remove(&c.id);
+                return false;
+            }
+        },
+    };
+    missing.insert(c.id, since);
+    evidence.process_missing_since = Some(since);
+    now - since >= delta(policy.process_gone_after)
+}
+
 /// The owning master of a task's workflow (its `host`, None when
 /// `NULL`/empty) and whether it is live in the view: the one owner rule.
 pub fn owner_master(view: &RegistryView, c: &Candidate) -> (Option<String>, bool) {
@@ -397,5 +505,7 @@ pub fn recover_skipped_note(line: DsLine, master: &str) -> String {
 
 #[cfg(test)]
 mod gaps;
+#[cfg(test)]
+mod process;
 #[cfg(test)]
 mod tests;

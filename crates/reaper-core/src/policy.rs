@@ -166,6 +166,7 @@ pub struct Policy {
     pub heartbeat_stale: Action,
     pub master_lost: Action,
     pub no_host: Action,
+    pub process_gone: Action,
     pub workflow: FollowUp,
     pub rules: Vec<Rule>,
     pub grace_period: Duration,
@@ -177,6 +178,16 @@ pub struct Policy {
     pub rate_per_minute: u32,
     pub brake: BrakeConfig,
     pub unseen_absence: UnseenAbsence,
+    /// SPEC §12: how long a fresh agent must lack a task's process.
+    pub process_gone_after: Duration,
+    /// An agent whose last report is older is not fresh.
+    pub agent_stale_after: Duration,
+    /// Never act for a lost, restarted or stale worker while a fresh agent
+    /// lists the task's process.
+    pub hold_while_process_alive: bool,
+    /// Task types with a process of their own (upper case); None: the
+    /// line's command-type tasks.
+    pub process_task_types: Option<Vec<String>>,
 }
 
 impl Policy {
@@ -189,6 +200,7 @@ impl Policy {
             heartbeat_stale: Action::Report,
             master_lost: Action::Report,
             no_host: Action::Report,
+            process_gone: Action::Report,
             workflow: FollowUp::None,
             rules: Vec::new(),
             grace_period: Duration::from_secs(60),
@@ -200,6 +212,10 @@ impl Policy {
             rate_per_minute: 120,
             brake: BrakeConfig::default(),
             unseen_absence: UnseenAbsence::SinceViewValid,
+            process_gone_after: Duration::from_secs(60),
+            agent_stale_after: Duration::from_secs(35),
+            hold_while_process_alive: true,
+            process_task_types: None,
         }
     }
 
@@ -210,6 +226,18 @@ impl Policy {
             Reason::HeartbeatStale => self.heartbeat_stale,
             Reason::MasterLost => self.master_lost,
             Reason::NoHost => self.no_host,
+            Reason::ProcessGone => self.process_gone,
+        }
+    }
+
+    /// Whether a task type runs a process of its own on the worker host.
+    pub fn has_process(&self, task_type: &str) -> bool {
+        let t = task_type.trim();
+        match &self.process_task_types {
+            Some(list) => list.iter().any(|x| x.trim().eq_ignore_ascii_case(t)),
+            None => crate::line::COMMAND_TASK_TYPES
+                .iter()
+                .any(|x| x.eq_ignore_ascii_case(t)),
         }
     }
 
@@ -220,6 +248,7 @@ impl Policy {
             Reason::HeartbeatStale => self.heartbeat_stale = action,
             Reason::MasterLost => self.master_lost = action,
             Reason::NoHost => self.no_host = action,
+            Reason::ProcessGone => self.process_gone = action,
         }
     }
 

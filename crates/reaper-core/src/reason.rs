@@ -13,15 +13,18 @@ pub enum Reason {
     HeartbeatStale,
     MasterLost,
     NoHost,
+    /// The task's process is gone from its live worker (SPEC §12).
+    ProcessGone,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 5] = [
+    pub const ALL: [Reason; 6] = [
         Reason::WorkerLost,
         Reason::WorkerRestarted,
         Reason::HeartbeatStale,
         Reason::MasterLost,
         Reason::NoHost,
+        Reason::ProcessGone,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -31,6 +34,7 @@ impl Reason {
             Reason::HeartbeatStale => "heartbeat_stale",
             Reason::MasterLost => "master_lost",
             Reason::NoHost => "no_host",
+            Reason::ProcessGone => "process_gone",
         }
     }
 }
@@ -42,7 +46,7 @@ impl fmt::Display for Reason {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown reason {0:?} (expected worker_lost, worker_restarted, heartbeat_stale, master_lost or no_host)")]
+#[error("unknown reason {0:?} (expected worker_lost, worker_restarted, heartbeat_stale, master_lost, no_host or process_gone)")]
 pub struct UnknownReason(pub String);
 
 impl FromStr for Reason {
@@ -70,4 +74,8 @@ pub struct Evidence {
     pub report_time: Option<Instant>,
     /// The task time the rule compared with (submit or start time).
     pub task_time: Option<Instant>,
+    /// The latest agent report listing the task's process (SPEC §12).
+    pub process_seen_at: Option<Instant>,
+    /// Since when a fresh agent's reports have lacked the task's process.
+    pub process_missing_since: Option<Instant>,
 }

@@ -49,6 +49,10 @@ pub struct ZkSettings {
     pub line: Option<DsLine>,
     /// Zone of the 1.x CSV date-times.
     pub zone: Zone,
+    /// Where worker-host agents publish (SPEC §12), relative to the root
+    /// (`ds-reaper/agents`), and when an agent's report goes stale; None:
+    /// agents are not read.
+    pub agents: Option<(String, Duration)>,
 }
 
 impl ZkSettings {
@@ -61,6 +65,7 @@ impl ZkSettings {
             request_timeout: Duration::from_secs(10),
             line: None,
             zone: Zone::Local,
+            agents: None,
         }
     }
 

@@ -1,4 +1,5 @@
-//! A full listing of the server nodes under the DS root, with their data:
+//! A full listing of the server nodes (and the agents' nodes, when read)
+//! under the DS root, with their data:
 //! the reads that end every gap in sight. In auto mode a direct child of
 //! `/nodes/worker` is a worker if ephemeral (3.1.1+) or a group directory
 //! (1.3 – 3.1.0) whose children are the workers.
@@ -14,6 +15,7 @@ pub(crate) async fn list_all(
     client: &zk::Client,
     root: &str,
     mode: LayoutMode,
+    agents: Option<&str>,
     rt: Duration,
 ) -> Result<Listing, ZkError> {
     let full = |rel: &str| format!("{root}{rel}");
@@ -61,6 +63,11 @@ pub(crate) async fn list_all(
                     NodeClass::Ignore => {}
                 }
             }
+        }
+    }
+    if let Some(dir) = agents {
+        if let Some((rel, kids, _)) = children(dir.to_string()).await? {
+            leaf_paths.extend(kids.into_iter().map(|k| (format!("{rel}/{k}"), None)));
         }
     }
     let reads = leaf_paths.into_iter().map(|(rel, eph)| {

@@ -55,12 +55,15 @@ impl Registry {
     /// shows as an invalid view and is retried with capped exponential backoff.
     pub fn start(settings: ZkSettings, cancel: CancellationToken) -> Registry {
         let now = Utc::now();
-        let membership = Membership::new(
+        let mut membership = Membership::new(
             LayoutMode::for_line(settings.line),
             settings.zone,
             now,
             format!("connecting to {}", settings.connect),
         );
+        if let Some((path, stale_after)) = &settings.agents {
+            membership = membership.with_agents(path, *stale_after);
+        }
         let (tx, rx) = watch::channel(Arc::new(membership.view().clone()));
         let detected = match settings.line {
             Some(l) => Detected::explicit(l),

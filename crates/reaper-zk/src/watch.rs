@@ -137,8 +137,15 @@ impl Watcher {
             let (tx, mut rx) = mpsc::unbounded_channel();
             let mut fresh = Vec::new();
             let mut failed = None;
-            for dir in self.membership.mode().server_dirs() {
-                let path = self.full(dir);
+            let dirs = self
+                .membership
+                .mode()
+                .server_dirs()
+                .iter()
+                .map(|d| d.to_string())
+                .chain(self.membership.agent_prefix().map(str::to_string));
+            for dir in dirs {
+                let path = self.full(&dir);
                 match bounded(
                     rt,
                     client.watch(&path, zk::AddWatchMode::PersistentRecursive),
@@ -163,7 +170,8 @@ impl Watcher {
                 continue 'conn;
             }
             let mode = self.membership.mode();
-            match list_all(client, &self.inner.root, mode, rt).await {
+            let agents = self.membership.agent_prefix().map(str::to_string);
+            match list_all(client, &self.inner.root, mode, agents.as_deref(), rt).await {
                 Ok(listing) => {
                     let c = self.membership.apply_listing(listing, Utc::now());
                     self.coalesce.listed(&c.read);
@@ -230,7 +238,8 @@ impl Watcher {
             let Some(rel) = self.rel(&ev.path).map(str::to_string) else {
                 continue;
             };
-            if !may_concern_servers(mode, &rel) {
+            let agent = self.membership.agent_worker(&rel).is_some();
+            if !agent && !may_concern_servers(mode, &rel) {
                 continue;
             }
             let t = match ev.event_type {
@@ -240,7 +249,8 @@ impl Watcher {
                     if last.get(&rel) == Some(&zk::EventType::NodeCreated) {
                         continue;
                     }
-                    if self.membership.contains(&rel) {
+                    // An agent's rewrite is its heartbeat: read it at once.
+                    if !agent && self.membership.contains(&rel) {
                         self.coalesce.dirty.insert(rel);
                         continue;
                     }
@@ -402,6 +412,10 @@ fn log(notes: &[Note]) {
             }
             Note::Unreadable { host, error } => tracing::warn!(host = %host, error = %error,
                 "registry node data unreadable; the node counts as present with unknown startup/report time"),
+            Note::AgentUnreadable { worker, error } => {
+                tracing::warn!(worker = %worker, error = %error,
+                "agent report unreadable; the agent counts as not fresh")
+            }
         }
     }
 }

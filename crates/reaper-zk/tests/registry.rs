@@ -504,3 +504,110 @@ async fn worker_address_of_3_3_and_its_non_server_nodes() {
         let _ = delete_tree(&zk_addr, root.trim_end_matches("/dolphinscheduler")).await;
     }
 }
+
+/// SPEC §12: agents publish under `<root>/ds-reaper/agents/<worker>`; the
+/// daemon keeps them in the view, stamped on its own clock, from the listing
+/// and from the watch (the directory need not exist when the watch starts).
+#[tokio::test]
+async fn agents_are_read_into_the_view() {
+    let Some(zk) = shared_zk().await else { return };
+    let root = unique_root();
+    let mut s = settings(&zk, &root, Some(DsLine::V3_2));
+    s.agents = Some((
+        "ds-reaper/agents".into(),
+        std::time::Duration::from_secs(35),
+    ));
+    let reg = Registry::start(s, CancellationToken::new());
+    wait_view(&reg, "valid with no agents directory yet", |v| v.is_valid()).await;
+
+    let client = zookeeper_client::Client::connect(&zk).await.unwrap();
+    let report = |tasks: &[i64], seq: u64| {
+        reaper_core::agent::AgentReport {
+            worker: "10.0.0.5:1234".into(),
+            agent_version: "test".into(),
+            seq,
+            scan_started_at: Utc::now().timestamp_millis(),
+            scan_ms: 2,
+            exec_base: "/tmp/ds".into(),
+            unreadable: 0,
+            tasks: tasks
+                .iter()
+                .map(|&task_id| reaper_core::agent::AgentTask {
+                    task_id,
+                    workflow_instance_id: 1,
+                    pids: vec![42],
+                    started_at: 0,
+                })
+                .collect(),
+        }
+        .to_json()
+    };
+    let dir = format!("{root}/ds-reaper/agents");
+    let mut path = String::new();
+    for part in dir.trim_start_matches('/').split('/') {
+        path.push('/');
+        path.push_str(part);
+        let _ = client
+            .create(
+                &path,
+                b"",
+                &zookeeper_client::CreateMode::Persistent
+                    .with_acls(zookeeper_client::Acls::anyone_all()),
+            )
+            .await;
+    }
+    let node = format!("{dir}/10.0.0.5:1234");
+    client
+        .create(
+            &node,
+            &report(&[7], 1),
+            &zookeeper_client::CreateMode::Ephemeral
+                .with_acls(zookeeper_client::Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+    let v = wait_view(&reg, "the agent appears", |v| {
+        v.agents
+            .get("10.0.0.5:1234")
+            .is_some_and(|a| a.report.as_ref().is_some_and(|r| r.lists(7)))
+    })
+    .await;
+    let first = v.agents["10.0.0.5:1234"].received_at;
+    assert!(v.workers.is_empty(), "an agent is no worker: {v:?}");
+
+    client.set_data(&node, &report(&[], 2), None).await.unwrap();
+    let v = wait_view(&reg, "the rewrite arrives", |v| {
+        v.agents["10.0.0.5:1234"]
+            .report
+            .as_ref()
+            .is_some_and(|r| r.seq == 2)
+    })
+    .await;
+    let a = &v.agents["10.0.0.5:1234"];
+    assert!(a.received_at >= first);
+    assert_eq!(a.since, first, "no gap: the streak goes on");
+    assert!(
+        a.listed_at.contains_key(&7),
+        "evidence of the last listing kept"
+    );
+
+    // a second registry lists it from the start
+    let mut s2 = settings(&zk, &root, Some(DsLine::V3_2));
+    s2.agents = Some((
+        "ds-reaper/agents".into(),
+        std::time::Duration::from_secs(35),
+    ));
+    let reg2 = Registry::start(s2, CancellationToken::new());
+    wait_view(&reg2, "listed", |v| {
+        v.is_valid() && v.agents.contains_key("10.0.0.5:1234")
+    })
+    .await;
+
+    client.delete(&node, None).await.unwrap();
+    wait_view(&reg, "the agent's node is gone", |v| v.agents.is_empty()).await;
+    reg.close().await;
+    reg2.close().await;
+    delete_tree(&zk, root.trim_end_matches("/dolphinscheduler"))
+        .await
+        .unwrap();
+}

@@ -29,6 +29,7 @@ pub fn zk_settings(s: &Settings) -> ZkSettings {
             VersionSetting::Auto => None,
         },
         zone: s.dolphinscheduler.time_zone,
+        agents: Some((s.agent.path.clone(), s.reconcile.agent_stale_after)),
     }
 }
 

@@ -1,7 +1,7 @@
 //! HTTP (SPEC §8): metrics, probes, the JSON API and a small status page.
 
 use crate::engine::{ReapError, ReapRequest, SharedEngine, Trigger};
-use crate::views::{StatusView, WorkersView, ZombieView};
+use crate::views::{StatusView, ZombieView};
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -103,7 +103,7 @@ async fn status(State(e): State<SharedEngine>) -> Response {
 }
 
 async fn workers(State(e): State<SharedEngine>) -> Response {
-    Json(WorkersView::new(&e.view())).into_response()
+    Json(e.workers_view()).into_response()
 }
 
 /// The last sweep's zombies (at most `limit`) and how many there were.
@@ -239,7 +239,7 @@ async fn index(State(e): State<SharedEngine>) -> Html<String> {
         .unwrap_or_default();
     Html(crate::page::render(&crate::page::Page {
         status: StatusView::new(&e),
-        workers: WorkersView::new(&e.view()),
+        workers: e.workers_view(),
         zombies,
         zombies_total: total,
         recent,

@@ -28,6 +28,7 @@ pub struct Metrics {
     pub zk_errors_total: IntCounter,
     pub build_info: IntGaugeVec,
     pub rows_skipped_total: IntCounterVec,
+    pub agents: IntGaugeVec,
 }
 
 fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, m: T) -> T {
@@ -145,6 +146,14 @@ impl Metrics {
                 )
                 .expect("static metric definition"),
             ),
+            agents: reg(
+                &r,
+                IntGaugeVec::new(
+                    Opts::new("agents", "Worker-host agents known to the daemon"),
+                    &["state"],
+                )
+                .expect("static metric definition"),
+            ),
             registry: r,
         };
         // Pre-create the label sets so dashboards and alerts see zeros, not gaps.
@@ -163,6 +172,9 @@ impl Metrics {
         }
         m.rows_skipped_total
             .with_label_values(&["t_ds_task_instance"]);
+        for state in ["fresh", "stale"] {
+            m.agents.with_label_values(&[state]).set(0);
+        }
         m.set_build_info("unknown");
         m
     }
@@ -226,6 +238,8 @@ mod tests {
             "ds_reaper_zk_errors_total 0",
             "ds_reaper_build_info{ds_line=\"unknown\",version=",
             "ds_reaper_rows_skipped_total{table=\"t_ds_task_instance\"} 0",
+            "ds_reaper_agents{state=\"fresh\"} 0",
+            "ds_reaper_zombies{reason=\"process_gone\"} 0",
         ] {
             assert!(text.contains(name), "{name} missing:\n{text}");
         }

@@ -201,18 +201,43 @@ pub fn render(p: &Page) -> String {
         nodes
             .iter()
             .map(|n| {
-                vec![
+                let mut row = vec![
                     esc(&n.host),
                     esc(&n.address),
                     ago(n.startup_time, now),
                     ago(n.report_time, now),
                     opt(n.status.as_deref()),
-                ]
+                ];
+                if let Some(agent) = &n.agent {
+                    row.push(match agent {
+                        None => "<span class=\"muted\">none</span>".to_string(),
+                        Some(a) => format!(
+                            "<span class=\"{}\">{}</span> · {} tasks{} · report {}",
+                            if a.fresh { "ok" } else { "bad" },
+                            if a.fresh { "fresh" } else { "stale" },
+                            a.tasks,
+                            if a.unreadable > 0 {
+                                format!(" · {} unreadable", a.unreadable)
+                            } else {
+                                String::new()
+                            },
+                            ago(Some(a.last_report_at), now)
+                        ),
+                    });
+                }
+                row
             })
             .collect::<Vec<_>>()
     };
     let header = ["node", "address", "started", "last heartbeat", "status"];
-    table(&mut h, "Workers", &header, node_rows(&p.workers.workers));
+    let mut worker_header = header.to_vec();
+    worker_header.push("agent");
+    table(
+        &mut h,
+        "Workers",
+        &worker_header,
+        node_rows(&p.workers.workers),
+    );
     table(&mut h, "Masters", &header, node_rows(&p.workers.masters));
     table(
         &mut h,

@@ -3,6 +3,7 @@
 //! never disagree and a renamed field is a compile error, not a `-`.
 
 use crate::engine::{Engine, SweepSummary};
+use reaper_core::agent::AgentSeen;
 use reaper_core::{
     Blocked, Disposition, Evidence, Instant, NodeInfo, RegistryView, ViewState, Zombie,
 };
@@ -78,6 +79,7 @@ fn disposition(d: &Disposition) -> String {
                 Blocked::SweepCap => "sweep_cap",
                 Blocked::RateLimit => "rate_limit",
                 Blocked::Unwritable => "unwritable",
+                Blocked::ProcessAlive => "process_alive",
             }
         ),
     }
@@ -94,10 +96,23 @@ pub struct NodeView {
     pub report_time: Option<Instant>,
     pub status: Option<String>,
     pub groups: Vec<String>,
+    /// Workers only: the worker-host agent (SPEC §12), or null when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<Option<AgentView>>,
 }
 
-impl From<&NodeInfo> for NodeView {
-    fn from(n: &NodeInfo) -> Self {
+/// A worker's agent as the daemon sees it.
+#[derive(Debug, Clone, Serialize)]
+pub struct AgentView {
+    pub fresh: bool,
+    pub last_report_at: Instant,
+    /// Task instances whose processes the latest report lists.
+    pub tasks: usize,
+    pub unreadable: u64,
+}
+
+impl NodeView {
+    fn new(n: &NodeInfo, agent: Option<Option<AgentView>>) -> Self {
         NodeView {
             host: n.host.clone(),
             address: n.address.clone().unwrap_or_else(|| n.host.clone()),
@@ -105,6 +120,18 @@ impl From<&NodeInfo> for NodeView {
             report_time: n.report_time,
             status: n.status.clone(),
             groups: n.groups.clone(),
+            agent,
+        }
+    }
+}
+
+impl AgentView {
+    pub fn new(a: &AgentSeen, now: Instant, stale_after: std::time::Duration) -> AgentView {
+        AgentView {
+            fresh: a.fresh(now, stale_after),
+            last_report_at: a.received_at,
+            tasks: a.report.as_ref().map_or(0, |r| r.tasks.len()),
+            unreadable: a.report.as_ref().map_or(0, |r| r.unreadable),
         }
     }
 }
@@ -127,9 +154,20 @@ pub struct WorkersView {
 }
 
 impl WorkersView {
-    pub fn new(view: &RegistryView) -> WorkersView {
-        let sorted = |m: &std::collections::HashMap<String, NodeInfo>| {
-            let mut v: Vec<NodeView> = m.values().map(NodeView::from).collect();
+    /// `now` and `stale_after` judge the agents' freshness.
+    pub fn new(view: &RegistryView, now: Instant, stale_after: std::time::Duration) -> WorkersView {
+        let sorted = |m: &std::collections::HashMap<String, NodeInfo>, workers: bool| {
+            let mut v: Vec<NodeView> = m
+                .values()
+                .map(|n| {
+                    let agent = workers.then(|| {
+                        view.agents
+                            .get(&n.host)
+                            .map(|a| AgentView::new(a, now, stale_after))
+                    });
+                    NodeView::new(n, agent)
+                })
+                .collect();
             v.sort_by(|a, b| a.host.cmp(&b.host));
             v
         };
@@ -146,8 +184,8 @@ impl WorkersView {
             .collect();
         lost.sort_by(|a, b| b.lost_at.cmp(&a.lost_at).then(a.host.cmp(&b.host)));
         WorkersView {
-            workers: sorted(&view.workers),
-            masters: sorted(&view.masters),
+            workers: sorted(&view.workers, true),
+            masters: sorted(&view.masters, false),
             lost,
         }
     }

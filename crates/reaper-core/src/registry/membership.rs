@@ -97,6 +97,11 @@ pub enum Note {
         host: String,
         error: HeartbeatError,
     },
+    /// Once per worker: its agent's report could not be read.
+    AgentUnreadable {
+        worker: String,
+        error: String,
+    },
 }
 
 /// What an event did.
@@ -134,6 +139,15 @@ pub struct Membership {
     gap: bool,
     /// The next listing is the first of a session.
     new_session: bool,
+    /// Where the worker-host agents publish (SPEC §12), if watched.
+    agents: Option<AgentConf>,
+}
+
+#[derive(Debug, Clone)]
+struct AgentConf {
+    /// Relative to the root, no trailing slash (`/ds-reaper/agents`).
+    prefix: String,
+    stale_after: std::time::Duration,
 }
 
 impl Membership {
@@ -149,7 +163,58 @@ impl Membership {
             warned: HashSet::new(),
             gap: true,
             new_session: true,
+            agents: None,
         }
+    }
+
+    /// Also keeps the agents publishing under `prefix` (relative to the
+    /// root, e.g. `/ds-reaper/agents`) in the view's `agents`.
+    pub fn with_agents(mut self, prefix: &str, stale_after: std::time::Duration) -> Self {
+        let prefix = format!("/{}", prefix.trim_matches('/'));
+        self.agents = Some(AgentConf {
+            prefix,
+            stale_after,
+        });
+        self
+    }
+
+    /// The agents' directory relative to the root, when agents are kept.
+    pub fn agent_prefix(&self) -> Option<&str> {
+        self.agents.as_ref().map(|a| a.prefix.as_str())
+    }
+
+    /// The worker an agent node's path stands for, if it is one.
+    pub fn agent_worker(&self, path: &str) -> Option<String> {
+        let conf = self.agents.as_ref()?;
+        let rest = path.strip_prefix(conf.prefix.as_str())?.strip_prefix('/')?;
+        (!rest.is_empty() && !rest.contains('/')).then(|| crate::host::normalize(rest).into_owned())
+    }
+
+    fn agent_report(
+        &mut self,
+        worker: String,
+        data: &[u8],
+        now: Instant,
+        gap: bool,
+        changes: &mut Changes,
+    ) {
+        let Some(conf) = &self.agents else { return };
+        let stale_after = conf.stale_after;
+        let report = match crate::agent::AgentReport::parse(&worker, data) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                if self.warned.insert(format!("agent:{worker}")) {
+                    changes.notes.push(Note::AgentUnreadable {
+                        worker: worker.clone(),
+                        error: e.why,
+                    });
+                }
+                None
+            }
+        };
+        let prev = self.view.agents.get(&worker);
+        let seen = crate::agent::AgentSeen::received(prev, report, now, gap, stale_after);
+        self.view.agents.insert(worker, seen);
     }
 
     pub fn mode(&self) -> LayoutMode {
@@ -225,7 +290,15 @@ impl Membership {
         self.leaves.clear();
         self.by_host.clear();
         self.legacy_dir_seen = listing.legacy_dir;
+        let old_agents = std::mem::take(&mut self.view.agents);
         for node in listing.nodes {
+            if let Some(worker) = self.agent_worker(&node.path) {
+                if let Some(prev) = old_agents.get(&worker) {
+                    self.view.agents.insert(worker.clone(), prev.clone());
+                }
+                self.agent_report(worker, &node.data, now, after_gap, &mut changes);
+                continue;
+            }
             let NodeClass::Server(key) = classify(self.mode, &node.path, Some(node.ephemeral))
             else {
                 continue;
@@ -280,6 +353,23 @@ impl Membership {
         let mut changes = Changes::default();
         let mut touched: Vec<(NodeKind, String)> = Vec::new();
         for ev in events {
+            let agent_path = match &ev {
+                NodeEvent::Deleted { path }
+                | NodeEvent::Present { path, .. }
+                | NodeEvent::DataChanged { path, .. } => self.agent_worker(path),
+            };
+            if let Some(worker) = agent_path {
+                match ev {
+                    NodeEvent::Deleted { .. } => {
+                        self.view.agents.remove(&worker);
+                    }
+                    NodeEvent::Present { data, .. } | NodeEvent::DataChanged { data, .. } => {
+                        self.agent_report(worker, &data, now, false, &mut changes)
+                    }
+                }
+                changes.publish = true;
+                continue;
+            }
             match ev {
                 NodeEvent::Deleted { path } => touched.extend(self.drop_leaf(&path)),
                 NodeEvent::Present {

@@ -64,6 +64,7 @@ pub fn settings(connect: &str, root: &str, line: Option<DsLine>) -> ZkSettings {
         request_timeout: Duration::from_secs(5),
         line,
         zone: utc(),
+        agents: None,
     }
 }
 

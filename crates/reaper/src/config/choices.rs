@@ -146,9 +146,8 @@ impl ReasonName {
             ReasonName::HeartbeatStale => Some(Reason::HeartbeatStale),
             ReasonName::MasterLost => Some(Reason::MasterLost),
             ReasonName::NoHost => Some(Reason::NoHost),
-            ReasonName::ProcessGone
-            | ReasonName::WorkflowMasterLost
-            | ReasonName::WorkflowStalled => None,
+            ReasonName::ProcessGone => Some(Reason::ProcessGone),
+            ReasonName::WorkflowMasterLost | ReasonName::WorkflowStalled => None,
         }
     }
 

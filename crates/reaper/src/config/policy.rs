@@ -19,6 +19,7 @@ impl Settings {
             heartbeat_stale: p.heartbeat_stale,
             master_lost: p.master_lost,
             no_host: p.no_host,
+            process_gone: p.process_gone,
             workflow: p.workflow,
             rules: p.rules.iter().filter_map(RuleEntry::to_core).collect(),
             grace_period: r.grace_period,
@@ -36,6 +37,10 @@ impl Settings {
                 release_after: b.release_after,
             },
             unseen_absence: reaper_core::UnseenAbsence::SinceViewValid,
+            process_gone_after: r.process_gone_after,
+            agent_stale_after: r.agent_stale_after,
+            hold_while_process_alive: r.hold_while_process_alive,
+            process_task_types: r.process_task_types.clone(),
         }
     }
 

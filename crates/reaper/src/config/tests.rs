@@ -368,7 +368,7 @@ workflow = "fail"
 }
 
 #[test]
-fn rules_for_reasons_the_planner_lacks_stay_out_of_its_policy() {
+fn workflow_rules_stay_out_of_the_task_policy() {
     let s = load_text(
         r#"
 [[policy.rules]]
@@ -385,9 +385,12 @@ action = "kill"
     .unwrap();
     assert_eq!(s.policy.rules.len(), 3);
     let p = s.policy(DsLine::V3_2);
-    assert_eq!(p.rules.len(), 1);
-    assert_eq!(p.rules[0].worker_group.as_deref(), Some("etl"));
-    assert_eq!(p.rules[0].action, Some(Action::Kill));
+    // process_gone is the planner's (SPEC §12); workflow findings are not task rules
+    assert_eq!(p.rules.len(), 2);
+    assert_eq!(p.rules[0].reason, Some(reaper_core::Reason::ProcessGone));
+    assert_eq!(p.rules[0].action, Some(Action::Fail));
+    assert_eq!(p.rules[1].worker_group.as_deref(), Some("etl"));
+    assert_eq!(p.rules[1].action, Some(Action::Kill));
 }
 
 #[test]

@@ -171,6 +171,15 @@ impl Engine {
         self.registry.detected()
     }
 
+    /// `/api/v1/workers`: live and lost servers, workers with their agents.
+    pub fn workers_view(&self) -> crate::views::WorkersView {
+        crate::views::WorkersView::new(
+            &self.view(),
+            self.now(),
+            self.settings.reconcile.agent_stale_after,
+        )
+    }
+
     /// zookeeper | etcd | jdbc
     pub fn registry_kind(&self) -> &'static str {
         self.registry.kind()
@@ -235,6 +244,17 @@ impl Engine {
         Metrics::sync_counter(&m.zk_errors_total, st.errors);
         m.brake_engaged
             .set(self.status_read().brake.engaged() as i64);
+        let now = self.now();
+        let stale_after = self.settings.reconcile.agent_stale_after;
+        let fresh = view
+            .agents
+            .values()
+            .filter(|a| a.fresh(now, stale_after))
+            .count();
+        m.agents.with_label_values(&["fresh"]).set(fresh as i64);
+        m.agents
+            .with_label_values(&["stale"])
+            .set((view.agents.len() - fresh) as i64);
         for (table, n) in self.store.rows_skipped() {
             Metrics::sync_counter(&m.rows_skipped_total.with_label_values(&[&table]), n);
         }

@@ -604,3 +604,106 @@ proptest! {
         }
     }
 }
+
+fn agent_json(worker: &str, tasks: &[i64], unreadable: u64) -> Vec<u8> {
+    crate::agent::AgentReport {
+        worker: worker.into(),
+        agent_version: "test".into(),
+        seq: 1,
+        scan_started_at: t(0).timestamp_millis(),
+        scan_ms: 3,
+        exec_base: "/tmp/ds".into(),
+        unreadable,
+        tasks: tasks
+            .iter()
+            .map(|&task_id| crate::agent::AgentTask {
+                task_id,
+                workflow_instance_id: 1,
+                pids: vec![10],
+                started_at: 0,
+            })
+            .collect(),
+    }
+    .to_json()
+}
+
+fn with_agents() -> Membership {
+    Membership::new(LayoutMode::Auto, utc(), t(0), "connecting")
+        .with_agents("ds-reaper/agents/", std::time::Duration::from_secs(35))
+}
+
+#[test]
+fn agents_are_kept_from_listings_and_events_on_the_daemons_clock() {
+    let mut m = with_agents();
+    assert_eq!(m.agent_prefix(), Some("/ds-reaper/agents"));
+    assert_eq!(
+        m.agent_worker("/ds-reaper/agents/W1:1234").as_deref(),
+        Some("w1:1234")
+    );
+    assert_eq!(m.agent_worker("/ds-reaper/agents"), None);
+    assert_eq!(m.agent_worker("/nodes/worker/w1:1234"), None);
+    m.apply_listing(
+        listing(vec![
+            node("/nodes/worker/w1:1234", json(0, 0, None)),
+            node("/ds-reaper/agents/w1:1234", agent_json("w1:1234", &[7], 0)),
+        ]),
+        t(1),
+    );
+    let v = m.view();
+    assert_eq!(v.workers.len(), 1, "an agent node is no server");
+    let a = &v.agents["w1:1234"];
+    assert_eq!((a.received_at, a.since), (t(1), t(1)));
+    assert!(a.report.as_ref().unwrap().lists(7));
+    // a rewrite is the agent's heartbeat
+    let c = m.apply(
+        [NodeEvent::DataChanged {
+            path: "/ds-reaper/agents/w1:1234".into(),
+            data: agent_json("w1:1234", &[], 0),
+        }],
+        t(11),
+    );
+    assert!(c.publish);
+    let a = &m.view().agents["w1:1234"];
+    assert_eq!((a.received_at, a.since), (t(11), t(1)));
+    assert_eq!(a.listed_at.get(&7), Some(&t(1)));
+    assert_eq!(a.history.len(), 2);
+    // garbage: kept, not fresh, noted once
+    let c = m.apply(
+        [present("/ds-reaper/agents/w2:1234", b"{garbage".to_vec())],
+        t(12),
+    );
+    assert!(matches!(&c.notes[..], [Note::AgentUnreadable { worker, .. }] if worker == "w2:1234"));
+    assert!(m.view().agents["w2:1234"].report.is_none());
+    // the node goes
+    m.apply(
+        [NodeEvent::Deleted {
+            path: "/ds-reaper/agents/w2:1234".into(),
+        }],
+        t(13),
+    );
+    assert!(!m.view().agents.contains_key("w2:1234"));
+}
+
+#[test]
+fn a_gap_restarts_an_agents_freshness() {
+    let mut m = with_agents();
+    let agent = || node("/ds-reaper/agents/w1:1234", agent_json("w1:1234", &[], 0));
+    m.apply_listing(listing(vec![agent()]), t(1));
+    m.apply(
+        [NodeEvent::DataChanged {
+            path: "/ds-reaper/agents/w1:1234".into(),
+            data: agent_json("w1:1234", &[], 0),
+        }],
+        t(5),
+    );
+    assert_eq!(m.view().agents["w1:1234"].since, t(1));
+    m.invalidate(Gap::Connection, "disconnected", t(6));
+    m.apply_listing(listing(vec![agent()]), t(8));
+    let a = &m.view().agents["w1:1234"];
+    assert_eq!((a.since, a.received_at), (t(8), t(8)));
+    assert_eq!(a.history.len(), 1, "history restarts with the streak");
+    // gone during a gap: gone after the listing
+    m.invalidate(Gap::Session, "expired", t(9));
+    m.apply_listing(listing(vec![]), t(10));
+    assert!(m.view().agents.is_empty());
+}
