@@ -18,6 +18,7 @@
 //! - [`brake`], [`rate`]: the brake and the token bucket.
 //! - [`plan`]: the planner itself.
 //! - [`ports`]: the traits the engine's adapters implement (store, registry, leadership, clock).
+//! - [`workflow`]: workflow instances that cannot progress (SPEC §13).
 //! - [`registry`]: what every registry adapter shares: heartbeats, layout, the membership machine.
 
 pub mod agent;
@@ -32,6 +33,7 @@ pub mod rate;
 pub mod reason;
 pub mod registry;
 pub mod view;
+pub mod workflow;
 pub mod zone;
 
 /// An instant on the daemon's clock or converted from DS's own times, always UTC.

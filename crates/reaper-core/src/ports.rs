@@ -13,6 +13,7 @@ use crate::line::DsLine;
 use crate::policy::{Action, FollowUp};
 use crate::registry::Detected;
 use crate::view::RegistryView;
+use crate::workflow::WorkflowCandidate;
 use crate::Instant;
 use std::future::Future;
 use std::pin::Pin;
@@ -128,6 +129,61 @@ pub trait TaskStore: Send + Sync {
     ) -> BoxFuture<'a, Result<FollowUpOutcome, PortError>>;
     /// Rows that could not be decoded so far, per table (cumulative).
     fn rows_skipped(&self) -> Vec<(String, u64)>;
+
+    /// Workflow candidates (SPEC §13): rows of the line's workflow table in
+    /// `states`, each with what the rules need from its task rows (`flag = 1`
+    /// non-terminal tasks by state, hosts of those in `task_states`, newest
+    /// task end), read like task candidates; the store keeps its own cursor.
+    fn workflow_candidates<'a>(
+        &'a self,
+        _line: DsLine,
+        _states: &'a [i32],
+        _task_states: &'a [i32],
+        _scan: Scan,
+    ) -> BoxFuture<'a, Result<Vec<WorkflowCandidate>, PortError>> {
+        Box::pin(async { Err(PortError::Invalid(NO_WORKFLOWS.into())) })
+    }
+
+    /// One workflow instance by id in any state, as a candidate.
+    fn workflow<'a>(
+        &'a self,
+        _line: DsLine,
+        _id: i64,
+        _task_states: &'a [i32],
+    ) -> BoxFuture<'a, Result<Option<WorkflowCandidate>, PortError>> {
+        Box::pin(async { Err(PortError::Invalid(NO_WORKFLOWS.into())) })
+    }
+
+    /// `recover` for `workflow_master_lost`: DS's own master-failover rows
+    /// for the line, in one transaction, conditional on the state and host
+    /// seen, never with a second queued command, and only while no live
+    /// master holds the workflow (asked under the row lock).
+    fn recover_workflow<'a>(
+        &'a self,
+        _line: DsLine,
+        _seen: &'a WorkflowCandidate,
+        _now: Instant,
+        _live_master: LiveMaster<'a>,
+    ) -> BoxFuture<'a, Result<WorkflowOutcome, PortError>> {
+        Box::pin(async { Err(PortError::Invalid(NO_WORKFLOWS.into())) })
+    }
+}
+
+const NO_WORKFLOWS: &str = "this store does not read workflow instances";
+
+/// What `recover_workflow` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkflowOutcome {
+    Done {
+        /// The workflow state written, if the state changed (3.3: 18).
+        workflow_state: Option<i32>,
+        command_type: i32,
+        command_id: Option<i64>,
+    },
+    /// The row changed since it was read (state or host): nothing written.
+    LostRace(String),
+    /// Not written, and why (a live master holds it, a command is queued).
+    Skipped(String),
 }
 
 /// Counters a registry adapter keeps (cumulative).

@@ -1,0 +1,365 @@
+//! Workflow instances that cannot progress (SPEC §13): `workflow_master_lost`
+//! and `workflow_stalled`, judged like task zombies — against a valid view,
+//! on the daemon's clock, under the same brake, caps and token bucket.
+
+use crate::host;
+use crate::line::DsLine;
+use crate::plan::{Blocked, Disposition, SafetyState};
+use crate::view::{NodeKind, RegistryView};
+use crate::{delta, Instant};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+/// A row of the line's workflow instance table in a watched state, with what
+/// the rules need from its task rows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkflowCandidate {
+    pub id: i64,
+    pub name: String,
+    /// The raw state code as read (the write is conditional on it).
+    pub state: i32,
+    /// Raw host as read: the owning master (conditional writes compare it).
+    pub host: Option<String>,
+    pub start_time: Option<Instant>,
+    pub restart_time: Option<Instant>,
+    pub project_code: Option<i64>,
+    /// Its `flag = 1` task rows in a non-terminal state, by state code.
+    pub tasks_by_state: BTreeMap<i32, i64>,
+    /// Hosts of its `flag = 1` task rows in a live state (the task
+    /// candidates' states), for the `recover` downgrade.
+    pub live_task_hosts: Vec<String>,
+    /// The newest `end_time` of its task rows.
+    pub last_task_end: Option<Instant>,
+}
+
+impl WorkflowCandidate {
+    pub fn new(id: i64, state: i32, host: Option<&str>) -> Self {
+        WorkflowCandidate {
+            id,
+            name: format!("workflow-{id}"),
+            state,
+            host: host.map(str::to_string),
+            start_time: None,
+            restart_time: None,
+            project_code: None,
+            tasks_by_state: BTreeMap::new(),
+            live_task_hosts: Vec::new(),
+            last_task_end: None,
+        }
+    }
+
+    /// Last progress (SPEC §13): the newest task end, else the restart, else the start.
+    pub fn last_progress(&self) -> Option<Instant> {
+        self.last_task_end.or(self.restart_time).or(self.start_time)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkflowReason {
+    WorkflowMasterLost,
+    WorkflowStalled,
+}
+
+impl WorkflowReason {
+    pub const ALL: [WorkflowReason; 2] = [
+        WorkflowReason::WorkflowMasterLost,
+        WorkflowReason::WorkflowStalled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkflowReason::WorkflowMasterLost => "workflow_master_lost",
+            WorkflowReason::WorkflowStalled => "workflow_stalled",
+        }
+    }
+}
+
+impl fmt::Display for WorkflowReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkflowAction {
+    Report,
+    /// DS's own master-failover rows for the line (SPEC §13).
+    Recover,
+}
+
+impl WorkflowAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkflowAction::Report => "report",
+            WorkflowAction::Recover => "recover",
+        }
+    }
+}
+
+impl fmt::Display for WorkflowAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A `[[policy.rules]]` entry about a workflow reason: `project_code` and
+/// `owner_master` match, the rest is for tasks.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WorkflowRule {
+    pub reason: Option<WorkflowReason>,
+    pub project_code: Option<i64>,
+    pub owner_master: Option<crate::OwnerMaster>,
+    pub action: Option<WorkflowAction>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkflowPolicy {
+    pub master_lost: WorkflowAction,
+    pub grace_period: Duration,
+    pub stall_after: Duration,
+    pub rules: Vec<WorkflowRule>,
+}
+
+impl Default for WorkflowPolicy {
+    fn default() -> Self {
+        WorkflowPolicy {
+            master_lost: WorkflowAction::Report,
+            grace_period: Duration::from_secs(15 * 60),
+            stall_after: Duration::from_secs(30 * 60),
+            rules: Vec::new(),
+        }
+    }
+}
+
+impl WorkflowPolicy {
+    fn decide(
+        &self,
+        reason: WorkflowReason,
+        wf: &WorkflowCandidate,
+        owner_alive: bool,
+    ) -> WorkflowAction {
+        let rule = self.rules.iter().find(|r| {
+            r.reason.is_none_or(|x| x == reason)
+                && r.project_code.is_none_or(|p| wf.project_code == Some(p))
+                && r.owner_master
+                    .is_none_or(|o| (o == crate::OwnerMaster::Alive) == owner_alive)
+        });
+        let action = rule.and_then(|r| r.action).unwrap_or(match reason {
+            WorkflowReason::WorkflowMasterLost => self.master_lost,
+            WorkflowReason::WorkflowStalled => WorkflowAction::Report,
+        });
+        // A stalled workflow's master holds it in memory: report only.
+        if reason == WorkflowReason::WorkflowStalled {
+            WorkflowAction::Report
+        } else {
+            action
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WorkflowEvidence {
+    pub lost_at: Option<Instant>,
+    pub absent_for_seconds: Option<i64>,
+    pub last_progress_at: Option<Instant>,
+    /// Non-terminal `flag = 1` task rows by state name.
+    pub tasks_by_state: BTreeMap<String, i64>,
+}
+
+/// A workflow instance found unable to progress.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkflowFinding {
+    pub workflow: WorkflowCandidate,
+    pub state_name: String,
+    pub reason: WorkflowReason,
+    pub evidence: WorkflowEvidence,
+    pub owner_master_alive: bool,
+    pub action: WorkflowAction,
+    pub note: Option<String>,
+    pub disposition: Disposition,
+}
+
+/// Workflow state names (the workflow enum; codes agree on every line,
+/// reference §1).
+pub fn workflow_state_name(code: i32) -> Option<&'static str> {
+    Some(match code {
+        0 => "SUBMITTED_SUCCESS",
+        1 => "RUNNING_EXECUTION",
+        2 => "READY_PAUSE",
+        3 => "PAUSE",
+        4 => "READY_STOP",
+        5 => "STOP",
+        6 => "FAILURE",
+        7 => "SUCCESS",
+        8 => "NEED_FAULT_TOLERANCE",
+        9 => "KILL",
+        10 => "WAITING_THREAD",
+        11 => "WAITING_DEPEND",
+        12 => "DELAY_EXECUTION",
+        13 => "FORCED_SUCCESS",
+        14 => "SERIAL_WAIT",
+        15 => "READY_BLOCK",
+        16 => "BLOCK",
+        17 => "WAIT_TO_RUN",
+        18 => "FAILOVER",
+        _ => return None,
+    })
+}
+
+/// The code of a workflow state name on a line, if the line's workflow
+/// enum has it (the watched states must be non-terminal there).
+pub fn workflow_state_code(line: DsLine, name: &str) -> Option<i32> {
+    let n = name.trim();
+    let code = (0..=18).find(|c| {
+        workflow_state_name(*c).is_some_and(|x| x.eq_ignore_ascii_case(n))
+            || (*c == 1 && n.eq_ignore_ascii_case("RUNNING_EXEUTION"))
+    })?;
+    line.workflow_non_terminal_states()
+        .contains(&code)
+        .then_some(code)
+}
+
+/// `reconcile.workflow_states` when unset.
+pub const DEFAULT_WORKFLOW_STATES: [i32; 3] = [1, 2, 4];
+
+/// Judges workflow candidates after the task plan of the same sweep, with
+/// its safety state (brake, bucket, hold) and `taken` actions already used
+/// of `max_actions`: one budget for task and workflow writes.
+#[allow(clippy::too_many_arguments)]
+pub fn plan_workflows(
+    view: &RegistryView,
+    workflows: &[WorkflowCandidate],
+    now: Instant,
+    line: DsLine,
+    policy: &WorkflowPolicy,
+    startup_settle: Duration,
+    max_actions: usize,
+    taken: usize,
+    state: &SafetyState,
+) -> (Vec<WorkflowFinding>, SafetyState) {
+    let mut next = state.clone();
+    let Some(valid_since) = view.valid_since() else {
+        return (Vec::new(), next);
+    };
+    let global = if let Some(h) = &state.hold {
+        Some(Blocked::Hold(h.clone()))
+    } else if state.brake.engaged() {
+        Some(Blocked::Brake(
+            state.brake.why.clone().unwrap_or_else(|| "engaged".into()),
+        ))
+    } else if now - valid_since < delta(startup_settle) {
+        Some(Blocked::Settling)
+    } else {
+        None
+    };
+    let mut taken = taken;
+    let mut findings = Vec::new();
+    for wf in workflows {
+        let Some(mut f) = judge(view, valid_since, wf, now, line, policy) else {
+            continue;
+        };
+        if f.disposition == Disposition::Act {
+            f.disposition = if let Some(g) = &global {
+                Disposition::Blocked(g.clone())
+            } else if taken >= max_actions {
+                Disposition::Blocked(Blocked::SweepCap)
+            } else if !next.bucket.as_mut().is_some_and(|b| b.try_take()) {
+                Disposition::Blocked(Blocked::RateLimit)
+            } else {
+                taken += 1;
+                Disposition::Act
+            };
+        }
+        findings.push(f);
+    }
+    (findings, next)
+}
+
+fn judge(
+    view: &RegistryView,
+    valid_since: Instant,
+    wf: &WorkflowCandidate,
+    now: Instant,
+    line: DsLine,
+    policy: &WorkflowPolicy,
+) -> Option<WorkflowFinding> {
+    // NULL / 'NULL' / empty: in DS's own failover hands, not judged.
+    let master = wf.host.as_deref().filter(|h| !host::is_empty(Some(h)))?;
+    let mut evidence = WorkflowEvidence {
+        last_progress_at: wf.last_progress(),
+        tasks_by_state: wf
+            .tasks_by_state
+            .iter()
+            .map(|(code, n)| {
+                let name = line
+                    .state_name(*code)
+                    .map(str::to_string)
+                    .unwrap_or_else(|| code.to_string());
+                (name, *n)
+            })
+            .collect(),
+        ..WorkflowEvidence::default()
+    };
+    let alive = view.live(NodeKind::Master, master).is_some();
+    let reason = if alive {
+        let idle = wf.tasks_by_state.values().all(|n| *n == 0);
+        let progress = wf.last_progress()?;
+        if !idle || now - progress < delta(policy.stall_after) {
+            return None;
+        }
+        WorkflowReason::WorkflowStalled
+    } else {
+        let (lost_at, absent) = match view.lost_at(NodeKind::Master, master) {
+            Some(at) => (Some(at), now - at),
+            None => {
+                let own = wf.restart_time.or(wf.start_time);
+                let from = own.map_or(valid_since, |t| t.max(valid_since));
+                (None, now - from)
+            }
+        };
+        if absent < delta(policy.grace_period) {
+            return None;
+        }
+        evidence.lost_at = lost_at;
+        evidence.absent_for_seconds = Some(absent.num_seconds());
+        WorkflowReason::WorkflowMasterLost
+    };
+    let mut action = policy.decide(reason, wf, alive);
+    let mut note = None;
+    if action == WorkflowAction::Recover {
+        // DS's failover would stop or re-mark tasks it reaches by RPC; we do not.
+        if let Some(h) = wf
+            .live_task_hosts
+            .iter()
+            .find(|h| view.live(NodeKind::Worker, h).is_some())
+        {
+            note = Some(format!(
+                "a task of the workflow is live on the live worker {h}; recover downgraded to report"
+            ));
+            action = WorkflowAction::Report;
+        }
+    }
+    Some(WorkflowFinding {
+        state_name: workflow_state_name(wf.state)
+            .unwrap_or("UNKNOWN")
+            .to_string(),
+        workflow: wf.clone(),
+        reason,
+        evidence,
+        owner_master_alive: alive,
+        action,
+        note,
+        disposition: if action == WorkflowAction::Recover {
+            Disposition::Act
+        } else {
+            Disposition::Report
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests;

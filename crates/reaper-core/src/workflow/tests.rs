@@ -1,0 +1,249 @@
+use super::*;
+use crate::view::NodeInfo;
+use crate::{TokenBucket, ViewState};
+use chrono::TimeZone;
+
+fn t(s: i64) -> Instant {
+    chrono::Utc.timestamp_opt(1_700_000_000 + s, 0).unwrap()
+}
+
+fn view() -> RegistryView {
+    let mut v = RegistryView::invalid(t(0), "x");
+    v.state = ViewState::Valid { since: t(0) };
+    for w in ["w1:1234", "w2:1234"] {
+        v.upsert(NodeKind::Worker, NodeInfo::new(w, t(0)));
+    }
+    v.upsert(NodeKind::Master, NodeInfo::new("m1:5678", t(0)));
+    v.upsert(NodeKind::Master, NodeInfo::new("m2:5678", t(0)));
+    v
+}
+
+fn wf(id: i64, host: Option<&str>) -> WorkflowCandidate {
+    let mut w = WorkflowCandidate::new(id, 1, host);
+    w.start_time = Some(t(-10_000));
+    w
+}
+
+fn recovering() -> WorkflowPolicy {
+    WorkflowPolicy {
+        master_lost: WorkflowAction::Recover,
+        grace_period: Duration::from_secs(900),
+        stall_after: Duration::from_secs(1800),
+        rules: Vec::new(),
+    }
+}
+
+fn safety() -> SafetyState {
+    SafetyState {
+        bucket: Some(TokenBucket::full(120, t(0))),
+        ..SafetyState::default()
+    }
+}
+
+fn run(
+    v: &RegistryView,
+    w: &[WorkflowCandidate],
+    now: i64,
+    p: &WorkflowPolicy,
+) -> Vec<WorkflowFinding> {
+    plan_workflows(
+        v,
+        w,
+        t(now),
+        DsLine::V3_2,
+        p,
+        Duration::ZERO,
+        50,
+        0,
+        &safety(),
+    )
+    .0
+}
+
+#[test]
+fn master_lost_after_the_workflow_grace_from_the_loss() {
+    let mut v = view();
+    v.remove(NodeKind::Master, "m1:5678", t(100));
+    let w = [wf(1, Some("m1:5678"))];
+    assert!(run(&v, &w, 999, &recovering()).is_empty());
+    let f = run(&v, &w, 1000, &recovering());
+    assert_eq!(f.len(), 1);
+    assert_eq!(f[0].reason, WorkflowReason::WorkflowMasterLost);
+    assert_eq!(f[0].action, WorkflowAction::Recover);
+    assert_eq!(f[0].disposition, Disposition::Act);
+    assert_eq!(f[0].evidence.lost_at, Some(t(100)));
+    assert!(!f[0].owner_master_alive);
+}
+
+#[test]
+fn a_never_seen_master_counts_from_the_later_of_validity_and_restart() {
+    let v = view();
+    let mut w = wf(1, Some("gone:5678"));
+    w.restart_time = Some(t(500));
+    assert!(run(&v, std::slice::from_ref(&w), 1399, &recovering()).is_empty());
+    assert_eq!(run(&v, &[w], 1400, &recovering()).len(), 1);
+}
+
+#[test]
+fn a_workflow_in_ds_failover_hands_or_under_a_live_master_is_never_master_lost() {
+    let v = view();
+    for host in [None, Some("NULL"), Some(""), Some("null")] {
+        assert!(
+            run(&v, &[wf(1, host)], 100_000, &recovering()).is_empty(),
+            "{host:?}"
+        );
+    }
+    let mut busy = wf(2, Some("m1:5678"));
+    busy.tasks_by_state.insert(1, 1);
+    assert!(run(&v, &[busy], 100_000, &recovering()).is_empty());
+}
+
+#[test]
+fn stalled_only_with_no_live_task_and_old_progress_and_always_report() {
+    let v = view();
+    let mut w = wf(1, Some("m1:5678"));
+    w.last_task_end = Some(t(0));
+    let p = recovering();
+    assert!(run(&v, std::slice::from_ref(&w), 1799, &p).is_empty());
+    let f = run(&v, std::slice::from_ref(&w), 1800, &p);
+    assert_eq!(f[0].reason, WorkflowReason::WorkflowStalled);
+    assert_eq!(f[0].action, WorkflowAction::Report, "report-only");
+    assert_eq!(f[0].disposition, Disposition::Report);
+    assert_eq!(f[0].evidence.last_progress_at, Some(t(0)));
+    // a rule asking to recover it changes nothing
+    let mut p2 = recovering();
+    p2.rules.push(WorkflowRule {
+        reason: Some(WorkflowReason::WorkflowStalled),
+        action: Some(WorkflowAction::Recover),
+        ..WorkflowRule::default()
+    });
+    assert_eq!(
+        run(&v, std::slice::from_ref(&w), 1800, &p2)[0].action,
+        WorkflowAction::Report
+    );
+    // a task still in a non-terminal state: progressing as far as we know
+    w.tasks_by_state.insert(8, 1);
+    assert!(run(&v, &[w], 100_000, &p).is_empty());
+}
+
+#[test]
+fn recover_is_downgraded_while_a_task_runs_on_a_live_worker() {
+    let mut v = view();
+    v.remove(NodeKind::Master, "m1:5678", t(0));
+    let mut w = wf(1, Some("m1:5678"));
+    w.live_task_hosts = vec!["gone:1234".into(), "w2:1234".into()];
+    let f = run(&v, std::slice::from_ref(&w), 5000, &recovering());
+    assert_eq!(f[0].action, WorkflowAction::Report);
+    assert!(f[0].note.as_deref().unwrap().contains("w2:1234"));
+    w.live_task_hosts = vec!["gone:1234".into()];
+    assert_eq!(
+        run(&v, &[w], 5000, &recovering())[0].action,
+        WorkflowAction::Recover
+    );
+}
+
+#[test]
+fn rules_and_the_shared_budget() {
+    let mut v = view();
+    v.remove(NodeKind::Master, "m1:5678", t(0));
+    let mut a = wf(1, Some("m1:5678"));
+    a.project_code = Some(7);
+    let b = wf(2, Some("m1:5678"));
+    let mut p = recovering();
+    p.rules.push(WorkflowRule {
+        project_code: Some(7),
+        action: Some(WorkflowAction::Report),
+        ..WorkflowRule::default()
+    });
+    let f = run(&v, &[a, b.clone()], 5000, &p);
+    assert_eq!(f[0].action, WorkflowAction::Report);
+    assert_eq!(f[1].action, WorkflowAction::Recover);
+    // the task plan used the sweep's budget: blocked
+    let (f, _) = plan_workflows(
+        &v,
+        std::slice::from_ref(&b),
+        t(5000),
+        DsLine::V3_2,
+        &recovering(),
+        Duration::ZERO,
+        3,
+        3,
+        &safety(),
+    );
+    assert_eq!(f[0].disposition, Disposition::Blocked(Blocked::SweepCap));
+    // an empty bucket, a hold, a brake, settling
+    let mut s = safety();
+    s.bucket = Some(TokenBucket::full(0, t(0)));
+    let (f, _) = plan_workflows(
+        &v,
+        std::slice::from_ref(&b),
+        t(5000),
+        DsLine::V3_2,
+        &recovering(),
+        Duration::ZERO,
+        50,
+        0,
+        &s,
+    );
+    assert_eq!(f[0].disposition, Disposition::Blocked(Blocked::RateLimit));
+    let mut s = safety();
+    s.hold = Some("not the leader".into());
+    let (f, _) = plan_workflows(
+        &v,
+        std::slice::from_ref(&b),
+        t(5000),
+        DsLine::V3_2,
+        &recovering(),
+        Duration::ZERO,
+        50,
+        0,
+        &s,
+    );
+    assert!(matches!(
+        f[0].disposition,
+        Disposition::Blocked(Blocked::Hold(_))
+    ));
+    let (f, _) = plan_workflows(
+        &v,
+        std::slice::from_ref(&b),
+        t(5000),
+        DsLine::V3_2,
+        &recovering(),
+        Duration::from_secs(9000),
+        50,
+        0,
+        &safety(),
+    );
+    assert_eq!(f[0].disposition, Disposition::Blocked(Blocked::Settling));
+    // an invalid view judges nothing
+    let mut inv = v.clone();
+    inv.state = ViewState::Invalid {
+        since: t(0),
+        reason: "x".into(),
+    };
+    assert!(run(&inv, &[b], 5000, &recovering()).is_empty());
+}
+
+#[test]
+fn watched_state_names_map_to_non_terminal_codes_of_the_line() {
+    assert_eq!(
+        workflow_state_code(DsLine::V3_2, "RUNNING_EXECUTION"),
+        Some(1)
+    );
+    assert_eq!(
+        workflow_state_code(DsLine::V1_2, "running_exeution"),
+        Some(1)
+    );
+    assert_eq!(workflow_state_code(DsLine::V3_3, "READY_STOP"), Some(4));
+    assert_eq!(
+        workflow_state_code(DsLine::V3_2, "SUCCESS"),
+        None,
+        "terminal"
+    );
+    assert_eq!(
+        workflow_state_code(DsLine::V3_3, "DELAY_EXECUTION"),
+        None,
+        "removed in 3.3"
+    );
+    assert_eq!(workflow_state_code(DsLine::V3_2, "BOGUS"), None);
+}
