@@ -4,11 +4,10 @@
 use crate::config::{Settings, VersionSetting};
 use crate::engine::{next_deadline, Engine, Ports, SharedEngine, Trigger};
 use crate::metrics::Metrics;
-use crate::sql_port::SqlStore;
 use anyhow::Context;
 use reaper_core::ports::{Leadership, SystemClock};
 use reaper_core::{RegistryView, ViewState};
-use reaper_sql::{Db, DbSettings};
+use reaper_sql::{Db, DbSettings, SqlStore};
 use reaper_zk::{LeaderElection, Registry, ZkSettings};
 use std::sync::Arc;
 use std::time::Duration;

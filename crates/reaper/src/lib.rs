@@ -18,7 +18,6 @@ pub mod engine;
 pub mod http;
 pub mod metrics;
 pub mod page;
-mod sql_port;
 pub mod telemetry;
 #[doc(hidden)]
 pub mod testkit;
