@@ -122,6 +122,8 @@ pub struct WorkflowPolicy {
     pub grace_period: Duration,
     pub stall_after: Duration,
     pub rules: Vec<WorkflowRule>,
+    /// `check`: a master never seen counts as lost for an unknown time.
+    pub unseen_absence: crate::UnseenAbsence,
 }
 
 impl Default for WorkflowPolicy {
@@ -131,6 +133,7 @@ impl Default for WorkflowPolicy {
             grace_period: Duration::from_secs(15 * 60),
             stall_after: Duration::from_secs(30 * 60),
             rules: Vec::new(),
+            unseen_absence: crate::UnseenAbsence::SinceViewValid,
         }
     }
 }
@@ -314,18 +317,21 @@ fn judge(
         WorkflowReason::WorkflowStalled
     } else {
         let (lost_at, absent) = match view.lost_at(NodeKind::Master, master) {
-            Some(at) => (Some(at), now - at),
-            None => {
-                let own = wf.restart_time.or(wf.start_time);
-                let from = own.map_or(valid_since, |t| t.max(valid_since));
-                (None, now - from)
-            }
+            Some(at) => (Some(at), Some(now - at)),
+            None => match policy.unseen_absence {
+                crate::UnseenAbsence::SinceViewValid => {
+                    let own = wf.restart_time.or(wf.start_time);
+                    let from = own.map_or(valid_since, |t| t.max(valid_since));
+                    (None, Some(now - from))
+                }
+                crate::UnseenAbsence::Unknown => (None, None),
+            },
         };
-        if absent < delta(policy.grace_period) {
+        if absent.is_some_and(|a| a < delta(policy.grace_period)) {
             return None;
         }
         evidence.lost_at = lost_at;
-        evidence.absent_for_seconds = Some(absent.num_seconds());
+        evidence.absent_for_seconds = absent.map(|a| a.num_seconds());
         WorkflowReason::WorkflowMasterLost
     };
     let mut action = policy.decide(reason, wf, alive);

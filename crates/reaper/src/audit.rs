@@ -2,7 +2,7 @@
 //! before the call returns, so an `intent` is on disk before its write starts.
 //! A crash mid-append leaves at worst one torn last line, which readers skip.
 
-use reaper_core::{Evidence, Instant};
+use reaper_core::Instant;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::io::{BufRead, Seek, SeekFrom, Write};
@@ -66,7 +66,8 @@ pub struct Record {
     pub host: Option<String>,
     pub worker_group: Option<String>,
     pub reason: Option<String>,
-    pub evidence: Option<Evidence>,
+    /// The finding's evidence (a task's or a workflow's shape).
+    pub evidence: Option<serde_json::Value>,
     pub from_state: Option<String>,
     pub to_state: Option<String>,
     pub action: Option<String>,

@@ -3,7 +3,7 @@
 use crate::app;
 use crate::config::{self, Settings};
 use crate::engine::{ReapError, ReapRequest};
-use crate::views::ZombieView;
+use crate::views::{WorkflowView, ZombieView};
 use clap::{Parser, Subcommand, ValueEnum};
 use reaper_core::{Action, DsLine, FollowUp};
 use serde_json::json;
@@ -44,14 +44,23 @@ pub enum Command {
         #[arg(long, default_value = "0s", value_parser = parse_dur)]
         observe: Duration,
     },
-    /// Reap one task safely (refuses unless it is a zombie, or --force).
+    /// Reap one task (or recover one workflow instance) safely: refuses
+    /// unless it is a zombie (a lost master's workflow), or --force.
     Reap {
+        #[arg(
+            long,
+            required_unless_present = "workflow_instance",
+            conflicts_with = "workflow_instance"
+        )]
+        task_id: Option<i64>,
+        /// A workflow instance whose master is lost (SPEC §13): `--action recover`.
         #[arg(long)]
-        task_id: i64,
-        #[arg(long, value_parser = parse_action, default_value = "fail")]
-        action: Action,
-        #[arg(long, value_parser = parse_followup, default_value = "none")]
-        workflow: FollowUp,
+        workflow_instance: Option<i64>,
+        /// Task: fail (default), fault-tolerance or kill; workflow: recover.
+        #[arg(long)]
+        action: Option<String>,
+        #[arg(long, value_parser = parse_followup, conflicts_with = "workflow_instance")]
+        workflow: Option<FollowUp>,
         /// Reap even if the task is not a zombie (audited as reason `forced`).
         #[arg(long)]
         force: bool,
@@ -195,34 +204,57 @@ fn dispatch(cli: Cli) -> u8 {
         }
         Command::Reap {
             task_id,
+            workflow_instance,
             action,
             workflow,
             force,
             yes,
         } => {
+            let actor = format!(
+                "cli:{}",
+                std::env::var("SUDO_USER")
+                    .or_else(|_| std::env::var("USER"))
+                    .unwrap_or_else(|_| "unknown".into())
+            );
+            if let Some(id) = workflow_instance {
+                if let Some(a) = action.as_deref().filter(|a| a.trim() != "recover") {
+                    eprintln!(
+                        "ds-reaper: --action {a:?}: a workflow instance takes only `recover`"
+                    );
+                    return EXIT_CONFIG;
+                }
+                let s = match load_usable(&cli) {
+                    Ok(s) => s,
+                    Err(code) => return code,
+                };
+                init_cli_logging(&s);
+                let (id, force, yes) = (*id, *force, *yes);
+                return with_runtime(|| reap_workflow(s, id, force, yes, actor));
+            }
+            let action = match action.as_deref().map(parse_action).transpose() {
+                Ok(a) => a.unwrap_or(Action::Fail),
+                Err(e) => {
+                    eprintln!("ds-reaper: --action: {e}");
+                    return EXIT_CONFIG;
+                }
+            };
             let s = match load_usable(&cli) {
                 Ok(s) => s,
                 Err(code) => return code,
             };
             init_cli_logging(&s);
             let req = ReapRequest {
-                task_id: *task_id,
-                action: Some(*action),
-                workflow: Some(*workflow),
+                task_id: task_id.unwrap_or_default(),
+                action: Some(action),
+                workflow: Some(workflow.unwrap_or(FollowUp::None)),
                 force: *force,
-                actor: format!(
-                    "cli:{}",
-                    std::env::var("SUDO_USER")
-                        .or_else(|_| std::env::var("USER"))
-                        .unwrap_or_else(|_| "unknown".into())
-                ),
+                actor,
             };
             with_runtime(|| reap(s, req, *yes))
         }
     }
 }
 
-/// CLI commands log only warnings, to stderr, so stdout stays the answer.
 fn init_cli_logging(s: &Settings) {
     let level = if std::env::var_os("RUST_LOG").is_some() {
         s.log.level.as_str()
@@ -329,7 +361,7 @@ async fn check(s: Settings, format: Format, observe: Duration) -> u8 {
     let result = engine.check().await;
     engine.close().await;
     cancel.cancel();
-    let (line, plan) = match result {
+    let (line, plan, findings) = match result {
         Ok(x) => x,
         Err(e) => {
             eprintln!("ds-reaper: {e}");
@@ -342,18 +374,23 @@ async fn check(s: Settings, format: Format, observe: Duration) -> u8 {
         .iter()
         .map(|z| ZombieView::new(z, now))
         .collect();
+    let workflows: Vec<WorkflowView> = findings.iter().map(WorkflowView::new).collect();
     match format {
         Format::Json => {
             let doc = json!({
                 "ds_line": line.as_str(),
                 "candidates": plan.candidates,
                 "zombies": zombies,
+                "workflows": workflows,
             });
             println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
         }
-        Format::Table => print_table(line, plan.candidates, &zombies),
+        Format::Table => {
+            print_table(line, plan.candidates, &zombies);
+            print_workflows(&workflows);
+        }
     }
-    if zombies.is_empty() {
+    if zombies.is_empty() && workflows.is_empty() {
         EXIT_OK
     } else {
         EXIT_FOUND
@@ -434,6 +471,103 @@ fn print_table(line: DsLine, candidates: usize, zombies: &[ZombieView]) {
     }
 }
 
+/// The workflow findings after the task zombies.
+fn print_workflows(workflows: &[WorkflowView]) {
+    if workflows.is_empty() {
+        return;
+    }
+    println!("\n{} workflow findings", workflows.len());
+    for w in workflows {
+        println!(
+            "  workflow {} ({}, {}) on {}{}: {} -> {}{}",
+            w.workflow_instance_id,
+            w.name,
+            w.state,
+            w.host.as_deref().unwrap_or("-"),
+            if w.owner_master_alive {
+                " (alive)"
+            } else {
+                " (lost)"
+            },
+            w.reason,
+            w.action,
+            w.note
+                .as_deref()
+                .map(|n| format!(" — {n}"))
+                .unwrap_or_default()
+        );
+    }
+}
+
+/// Asks on the terminal, or refuses when there is none and no `--yes`.
+fn confirm(what: &str, yes: bool) -> Result<(), ReapError> {
+    if yes {
+        return Ok(());
+    }
+    if !std::io::stdin().is_terminal() {
+        return Err(ReapError::Refused(
+            "no terminal to confirm on; pass --yes".into(),
+        ));
+    }
+    eprint!("{what}? [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    if std::io::stdin().read_line(&mut answer).is_err()
+        || !matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
+    {
+        return Err(ReapError::Refused("not confirmed".into()));
+    }
+    Ok(())
+}
+
+async fn reap_workflow(s: Settings, id: i64, force: bool, yes: bool, actor: String) -> u8 {
+    let cancel = CancellationToken::new();
+    let engine = match connect(&s, &cancel).await {
+        Ok(e) => e,
+        Err(code) => return code,
+    };
+    let result = engine
+        .reap_workflow(id, force, &actor, |f, forced| {
+            confirm(
+                &format!(
+                    "Recover workflow instance {} ({}, {} on {}) — {}",
+                    f.workflow.id,
+                    f.workflow.name,
+                    f.state_name,
+                    f.workflow.host.as_deref().unwrap_or("no host"),
+                    if forced { "forced" } else { f.reason.as_str() }
+                ),
+                yes,
+            )
+        })
+        .await;
+    engine.close().await;
+    cancel.cancel();
+    reap_exit(result, &format!("workflow instance {id}"))
+}
+
+fn reap_exit(result: Result<crate::audit::Record, ReapError>, what: &str) -> u8 {
+    match result {
+        Ok(rec) => {
+            println!(
+                "reaped {what}: {} -> {}{}",
+                rec.from_state.as_deref().unwrap_or("?"),
+                rec.to_state.as_deref().unwrap_or("?"),
+                rec.detail.map(|d| format!(" ({d})")).unwrap_or_default()
+            );
+            EXIT_OK
+        }
+        Err(ReapError::Unavailable(e)) => {
+            eprintln!("ds-reaper: {e}");
+            EXIT_UNREACHABLE
+        }
+        Err(e) => {
+            eprintln!("ds-reaper: {e}");
+            EXIT_FOUND
+        }
+    }
+}
+
 async fn reap(s: Settings, req: ReapRequest, yes: bool) -> u8 {
     let cancel = CancellationToken::new();
     let engine = match connect(&s, &cancel).await {
@@ -457,44 +591,11 @@ async fn reap(s: Settings, req: ReapRequest, yes: bool) -> u8 {
             z.action,
             z.workflow
         );
-        if !yes {
-            if !std::io::stdin().is_terminal() {
-                return Err(ReapError::Refused(
-                    "no terminal to confirm on; pass --yes".into(),
-                ));
-            }
-            eprint!("Reap {summary}? [y/N] ");
-            let _ = std::io::stderr().flush();
-            let mut answer = String::new();
-            if std::io::stdin().read_line(&mut answer).is_err()
-                || !matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
-            {
-                return Err(ReapError::Refused("not confirmed".into()));
-            }
-        }
+        confirm(&format!("Reap {summary}"), yes)?;
         engine.commit_reap(prepared).await
     }
     .await;
     engine.close().await;
     cancel.cancel();
-    match result {
-        Ok(rec) => {
-            println!(
-                "reaped task {}: {} -> {}{}",
-                req.task_id,
-                rec.from_state.as_deref().unwrap_or("?"),
-                rec.to_state.as_deref().unwrap_or("?"),
-                rec.detail.map(|d| format!(" ({d})")).unwrap_or_default()
-            );
-            EXIT_OK
-        }
-        Err(ReapError::Unavailable(e)) => {
-            eprintln!("ds-reaper: {e}");
-            EXIT_UNREACHABLE
-        }
-        Err(e) => {
-            eprintln!("ds-reaper: {e}");
-            EXIT_FOUND
-        }
-    }
+    reap_exit(result, &format!("task {}", req.task_id))
 }

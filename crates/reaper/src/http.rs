@@ -1,7 +1,7 @@
 //! HTTP (SPEC §8): metrics, probes, the JSON API and a small status page.
 
 use crate::engine::{ReapError, ReapRequest, SharedEngine, Trigger};
-use crate::views::{StatusView, ZombieView};
+use crate::views::{StatusView, WorkflowView, ZombieView};
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -22,6 +22,7 @@ pub fn router(engine: SharedEngine) -> Router {
         .route("/api/v1/status", get(status))
         .route("/api/v1/workers", get(workers))
         .route("/api/v1/zombies", get(zombies))
+        .route("/api/v1/workflows", get(workflows))
         .route("/api/v1/audit", get(audit))
         .route("/api/v1/sweep", post(sweep))
         .route("/api/v1/tasks/{id}/reap", post(reap))
@@ -123,6 +124,15 @@ fn zombie_views(e: &SharedEngine, limit: usize) -> (Vec<ZombieView>, usize) {
 
 async fn zombies(State(e): State<SharedEngine>) -> Response {
     Json(json!({ "zombies": zombie_views(&e, usize::MAX).0 })).into_response()
+}
+
+fn workflow_views(e: &SharedEngine) -> Vec<WorkflowView> {
+    let findings = e.status_read().workflows.clone();
+    findings.iter().map(WorkflowView::new).collect()
+}
+
+async fn workflows(State(e): State<SharedEngine>) -> Response {
+    Json(json!({ "workflows": workflow_views(&e) })).into_response()
 }
 
 #[derive(Deserialize)]
@@ -242,6 +252,7 @@ async fn index(State(e): State<SharedEngine>) -> Html<String> {
         workers: e.workers_view(),
         zombies,
         zombies_total: total,
+        workflows: workflow_views(&e),
         recent,
         now: e.now(),
     }))

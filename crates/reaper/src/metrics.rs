@@ -29,6 +29,8 @@ pub struct Metrics {
     pub build_info: IntGaugeVec,
     pub rows_skipped_total: IntCounterVec,
     pub agents: IntGaugeVec,
+    pub workflow_zombies: IntGaugeVec,
+    pub workflow_actions_total: IntCounterVec,
 }
 
 fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, m: T) -> T {
@@ -154,6 +156,22 @@ impl Metrics {
                 )
                 .expect("static metric definition"),
             ),
+            workflow_zombies: reg(
+                &r,
+                IntGaugeVec::new(
+                    Opts::new("workflow_zombies", "Workflow findings of the last sweep"),
+                    &["reason"],
+                )
+                .expect("static metric definition"),
+            ),
+            workflow_actions_total: reg(
+                &r,
+                IntCounterVec::new(
+                    Opts::new("workflow_actions_total", "Workflow writes done"),
+                    &["action", "result"],
+                )
+                .expect("static metric definition"),
+            ),
             registry: r,
         };
         // Pre-create the label sets so dashboards and alerts see zeros, not gaps.
@@ -172,6 +190,15 @@ impl Metrics {
         }
         m.rows_skipped_total
             .with_label_values(&["t_ds_task_instance"]);
+        for reason in reaper_core::workflow::WorkflowReason::ALL {
+            m.workflow_zombies
+                .with_label_values(&[reason.as_str()])
+                .set(0);
+        }
+        for result in ["ok", "lost_race", "error"] {
+            m.workflow_actions_total
+                .with_label_values(&["recover", result]);
+        }
         for state in ["fresh", "stale"] {
             m.agents.with_label_values(&[state]).set(0);
         }
@@ -239,6 +266,8 @@ mod tests {
             "ds_reaper_build_info{ds_line=\"unknown\",version=",
             "ds_reaper_rows_skipped_total{table=\"t_ds_task_instance\"} 0",
             "ds_reaper_agents{state=\"fresh\"} 0",
+            "ds_reaper_workflow_zombies{reason=\"workflow_stalled\"} 0",
+            "ds_reaper_workflow_actions_total{action=\"recover\",result=\"ok\"} 0",
             "ds_reaper_zombies{reason=\"process_gone\"} 0",
         ] {
             assert!(text.contains(name), "{name} missing:\n{text}");

@@ -14,6 +14,7 @@ pub struct Page {
     /// The first zombies of the last sweep, and how many there were in all.
     pub zombies: Vec<ZombieView>,
     pub zombies_total: usize,
+    pub workflows: Vec<crate::views::WorkflowView>,
     /// The latest audit records, oldest first.
     pub recent: Vec<Record>,
     pub now: Instant,
@@ -193,6 +194,43 @@ pub fn render(p: &Page) -> String {
                     esc(z.action),
                     esc(z.workflow),
                     opt(z.note.as_deref()),
+                ]
+            })
+            .collect(),
+    );
+    table(
+        &mut h,
+        &format!("Workflows ({})", p.workflows.len()),
+        &[
+            "workflow",
+            "name",
+            "state",
+            "master",
+            "reason",
+            "last progress",
+            "action",
+            "note",
+        ],
+        p.workflows
+            .iter()
+            .map(|w| {
+                vec![
+                    w.workflow_instance_id.to_string(),
+                    esc(&w.name),
+                    esc(&w.state),
+                    format!(
+                        "{}{}",
+                        opt(w.host.as_deref()),
+                        if w.owner_master_alive {
+                            " (alive)"
+                        } else {
+                            " (lost)"
+                        }
+                    ),
+                    esc(w.reason),
+                    ago(w.evidence.last_progress_at, now),
+                    esc(w.action),
+                    opt(w.note.as_deref()),
                 ]
             })
             .collect(),

@@ -7,9 +7,10 @@
 use reaper_core::ports::{
     BoxFuture, Clock, FollowUpOutcome, FollowUpRequest, Leadership, LiveMaster, PortError,
     RegistrySource, RegistryStats, Scan, SchemaInfo, TaskRow, TaskStore, TaskWrite, ViewWatch,
-    WriteOutcome,
+    WorkflowOutcome, WriteOutcome,
 };
 use reaper_core::registry::Detected;
+use reaper_core::workflow::WorkflowCandidate;
 use reaper_core::{Candidate, DsLine, Instant, NodeInfo, NodeKind, RegistryView, ViewState};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,6 +29,7 @@ pub enum StoreCall {
     Read(Scan),
     Write(Vec<i64>),
     FollowUp(i64),
+    Recover(i64),
 }
 
 /// Task rows in memory, written the way the SQL adapter writes them.
@@ -39,6 +41,7 @@ pub struct MemStore {
     fail_writes: AtomicBool,
     on_read: Mutex<Option<Hook<()>>>,
     on_write: Mutex<Option<Hook<[TaskWrite]>>>,
+    workflows: Mutex<BTreeMap<i64, WorkflowCandidate>>,
 }
 
 impl MemStore {
@@ -51,7 +54,16 @@ impl MemStore {
             fail_writes: AtomicBool::new(false),
             on_read: Mutex::new(None),
             on_write: Mutex::new(None),
+            workflows: Mutex::new(BTreeMap::new()),
         })
+    }
+
+    pub fn insert_workflow(&self, w: WorkflowCandidate) {
+        lock(&self.workflows).insert(w.id, w);
+    }
+
+    pub fn workflow_row(&self, id: i64) -> Option<WorkflowCandidate> {
+        lock(&self.workflows).get(&id).cloned()
     }
 
     pub fn insert(&self, c: Candidate) {
@@ -215,6 +227,64 @@ impl TaskStore for MemStore {
 
     fn rows_skipped(&self) -> Vec<(String, u64)> {
         Vec::new()
+    }
+
+    fn workflow_candidates<'a>(
+        &'a self,
+        _line: DsLine,
+        states: &'a [i32],
+        _task_states: &'a [i32],
+        _scan: Scan,
+    ) -> BoxFuture<'a, Result<Vec<WorkflowCandidate>, PortError>> {
+        Box::pin(async move {
+            Ok(lock(&self.workflows)
+                .values()
+                .filter(|w| states.contains(&w.state))
+                .cloned()
+                .collect())
+        })
+    }
+
+    fn workflow<'a>(
+        &'a self,
+        _line: DsLine,
+        id: i64,
+        _task_states: &'a [i32],
+    ) -> BoxFuture<'a, Result<Option<WorkflowCandidate>, PortError>> {
+        Box::pin(async move { Ok(lock(&self.workflows).get(&id).cloned()) })
+    }
+
+    /// As DS's master failover on ≤ 3.2: `host = 'NULL'` where unchanged.
+    fn recover_workflow<'a>(
+        &'a self,
+        _line: DsLine,
+        seen: &'a WorkflowCandidate,
+        _now: Instant,
+        live_master: LiveMaster<'a>,
+    ) -> BoxFuture<'a, Result<WorkflowOutcome, PortError>> {
+        Box::pin(async move {
+            lock(&self.calls).push(StoreCall::Recover(seen.id));
+            let mut wfs = lock(&self.workflows);
+            let Some(w) = wfs.get_mut(&seen.id) else {
+                return Ok(WorkflowOutcome::LostRace("gone".into()));
+            };
+            if w.state != seen.state || w.host != seen.host {
+                return Ok(WorkflowOutcome::LostRace("changed".into()));
+            }
+            if let Some(h) = w.host.as_deref() {
+                if live_master(h) {
+                    return Ok(WorkflowOutcome::Skipped(format!(
+                        "owning master {h} is alive"
+                    )));
+                }
+            }
+            w.host = Some("NULL".into());
+            Ok(WorkflowOutcome::Done {
+                workflow_state: None,
+                command_type: 2,
+                command_id: Some(1),
+            })
+        })
     }
 }
 

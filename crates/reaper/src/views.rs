@@ -258,3 +258,40 @@ impl StatusView {
         }
     }
 }
+
+/// A workflow finding as `/api/v1/workflows` and `check` show it (SPEC §8).
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkflowView {
+    pub workflow_instance_id: i64,
+    pub name: String,
+    pub state: String,
+    pub host: Option<String>,
+    pub owner_master_alive: bool,
+    pub reason: &'static str,
+    pub evidence: reaper_core::workflow::WorkflowEvidence,
+    pub action: &'static str,
+    pub note: Option<String>,
+    /// act | report | blocked:<why>
+    pub disposition: String,
+}
+
+impl WorkflowView {
+    pub fn new(f: &reaper_core::workflow::WorkflowFinding) -> WorkflowView {
+        let note = f.note.clone().or_else(|| match &f.disposition {
+            Disposition::Blocked(b) if !matches!(b, Blocked::Hold(_)) => Some(b.describe()),
+            _ => None,
+        });
+        WorkflowView {
+            workflow_instance_id: f.workflow.id,
+            name: f.workflow.name.clone(),
+            state: f.state_name.clone(),
+            host: f.workflow.host.clone(),
+            owner_master_alive: f.owner_master_alive,
+            reason: f.reason.as_str(),
+            evidence: f.evidence.clone(),
+            action: f.action.as_str(),
+            note,
+            disposition: disposition(&f.disposition),
+        }
+    }
+}

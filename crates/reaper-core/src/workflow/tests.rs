@@ -29,7 +29,7 @@ fn recovering() -> WorkflowPolicy {
         master_lost: WorkflowAction::Recover,
         grace_period: Duration::from_secs(900),
         stall_after: Duration::from_secs(1800),
-        rules: Vec::new(),
+        ..WorkflowPolicy::default()
     }
 }
 
@@ -246,4 +246,14 @@ fn watched_state_names_map_to_non_terminal_codes_of_the_line() {
         "removed in 3.3"
     );
     assert_eq!(workflow_state_code(DsLine::V3_2, "BOGUS"), None);
+}
+
+#[test]
+fn check_counts_a_never_seen_master_as_lost_for_an_unknown_time() {
+    let v = view();
+    let mut p = recovering();
+    p.unseen_absence = crate::UnseenAbsence::Unknown;
+    let f = run(&v, &[wf(1, Some("gone:5678"))], 1, &p);
+    assert_eq!(f[0].reason, WorkflowReason::WorkflowMasterLost);
+    assert_eq!(f[0].evidence.absent_for_seconds, None);
 }

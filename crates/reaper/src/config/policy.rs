@@ -44,6 +44,72 @@ impl Settings {
         }
     }
 
+    /// The workflow policy (SPEC §13): `[policy] workflow_master_lost`, the
+    /// workflow rules, and the workflow timings.
+    pub fn workflow_policy(&self) -> reaper_core::workflow::WorkflowPolicy {
+        use reaper_core::workflow::{WorkflowAction as Core, WorkflowReason, WorkflowRule};
+        let rules = self
+            .policy
+            .rules
+            .iter()
+            .filter_map(|r| {
+                let reason = match r.reason? {
+                    ReasonName::WorkflowMasterLost => WorkflowReason::WorkflowMasterLost,
+                    ReasonName::WorkflowStalled => WorkflowReason::WorkflowStalled,
+                    _ => return None,
+                };
+                let action = match r.action {
+                    None => None,
+                    Some(RuleAction::Recover) => Some(Core::Recover),
+                    Some(RuleAction::Report) => Some(Core::Report),
+                    Some(_) => return None,
+                };
+                Some(WorkflowRule {
+                    reason: Some(reason),
+                    project_code: r.project_code,
+                    owner_master: r.owner_master,
+                    action,
+                })
+            })
+            .collect();
+        reaper_core::workflow::WorkflowPolicy {
+            master_lost: match self.policy.workflow_master_lost {
+                super::choices::WorkflowAction::Report => Core::Report,
+                super::choices::WorkflowAction::Recover => Core::Recover,
+            },
+            grace_period: self.reconcile.workflow_grace_period,
+            stall_after: self.reconcile.workflow_stall_after,
+            rules,
+            unseen_absence: reaper_core::UnseenAbsence::SinceViewValid,
+        }
+    }
+
+    /// The workflow state codes to watch on a line (SPEC §13), and the names
+    /// that are not non-terminal states of the line.
+    pub fn workflow_states(&self, line: DsLine) -> (Vec<i32>, Vec<String>) {
+        match &self.reconcile.workflow_states {
+            None => (
+                reaper_core::workflow::DEFAULT_WORKFLOW_STATES
+                    .into_iter()
+                    .filter(|c| line.workflow_non_terminal_states().contains(c))
+                    .collect(),
+                Vec::new(),
+            ),
+            Some(names) => {
+                let mut codes = Vec::new();
+                let mut unknown = Vec::new();
+                for n in names {
+                    match reaper_core::workflow::workflow_state_code(line, n) {
+                        Some(c) if !codes.contains(&c) => codes.push(c),
+                        Some(_) => {}
+                        None => unknown.push(n.clone()),
+                    }
+                }
+                (codes, unknown)
+            }
+        }
+    }
+
     /// The state codes to read on a line, and the names it does not have
     /// (warned about once at start).
     pub fn live_states(&self, line: DsLine) -> (Vec<i32>, Vec<String>) {

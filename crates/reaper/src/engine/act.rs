@@ -68,7 +68,7 @@ impl Engine {
         r.host = z.task.host.clone();
         r.worker_group = z.task.worker_group.clone();
         r.reason = Some(z.reason.as_str().to_string());
-        r.evidence = Some(z.evidence.clone());
+        r.evidence = serde_json::to_value(&z.evidence).ok();
         r.from_state = Some(z.state_name.clone());
         r.action = Some(z.action.as_str().to_string());
         r.workflow = Some(z.workflow.as_str().to_string());
@@ -260,10 +260,16 @@ impl Engine {
                 return 0;
             }
         };
-        let mut open: BTreeMap<(i64, String), Record> = BTreeMap::new();
+        let mut open: BTreeMap<(bool, i64, String), Record> = BTreeMap::new();
         for r in records {
-            let Some(id) = r.task_id else { continue };
-            let key = (id, r.actor.clone());
+            let workflow = r.kind == Some(RecordKind::Workflow);
+            let id = if workflow {
+                r.workflow_instance_id
+            } else {
+                r.task_id
+            };
+            let Some(id) = id else { continue };
+            let key = (workflow, id, r.actor.clone());
             if r.event == AuditEvent::Intent {
                 open.insert(key, r);
             } else if r.event.is_outcome() {

@@ -13,6 +13,7 @@ mod reap;
 mod sweep;
 #[cfg(test)]
 mod tests;
+mod workflows;
 
 pub use act::ActionResult;
 pub use line::resolve_line;
@@ -71,6 +72,8 @@ pub struct SweepSummary {
     pub candidates: usize,
     pub zombies: usize,
     pub actions: usize,
+    /// Workflow findings (SPEC §13).
+    pub workflows: usize,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -86,6 +89,8 @@ pub struct Status {
     pub zombies_at: Option<Instant>,
     pub brake: reaper_core::BrakeState,
     pub db_error: Option<String>,
+    /// The workflow findings of the last sweep (SPEC §13).
+    pub workflows: Arc<Vec<reaper_core::workflow::WorkflowFinding>>,
 }
 
 /// What the sweeps remember between passes.
@@ -94,6 +99,8 @@ struct SweepState {
     safety: SafetyState,
     /// Zombies already reported as `detected`, by task id.
     seen: HashMap<i64, Reason>,
+    /// Workflow findings already reported, by workflow instance id.
+    workflows_seen: HashMap<i64, reaper_core::workflow::WorkflowReason>,
     last_full: Option<Instant>,
     schema: Option<reaper_core::ports::SchemaInfo>,
     warned_states: Option<DsLine>,

@@ -48,7 +48,7 @@ pub struct PreparedReap {
 }
 
 impl Engine {
-    fn ensure_leader(&self) -> Result<(), ReapError> {
+    pub(super) fn ensure_leader(&self) -> Result<(), ReapError> {
         if self.is_leader() {
             Ok(())
         } else {

@@ -4,6 +4,7 @@ use super::act::Item;
 use super::{Engine, Gate, SweepResult, SweepState, SweepSummary, Trigger};
 use crate::audit::{AuditEvent, Record};
 use reaper_core::ports::Scan;
+use reaper_core::workflow::WorkflowFinding;
 use reaper_core::{plan, Candidate, DsLine, Instant, Plan, Reason, SafetyState, UnseenAbsence};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -46,6 +47,7 @@ impl Engine {
             candidates: 0,
             zombies: 0,
             actions: 0,
+            workflows: 0,
         };
         let before = self.registry.view();
         self.refresh_gauges(&before);
@@ -108,6 +110,7 @@ impl Engine {
             line_hold
         };
         let policy = self.settings.policy(line);
+        let safety_hold = hold.clone();
         let safety = SafetyState {
             hold,
             ..st.safety.clone()
@@ -165,10 +168,32 @@ impl Engine {
             }
         };
 
+        // Workflows after tasks: one view, one budget (SPEC §13).
+        let wf = self
+            .sweep_workflows(
+                &mut st,
+                line,
+                full,
+                &view,
+                now,
+                gate,
+                SafetyState {
+                    hold: safety_hold,
+                    ..plan.next.clone()
+                },
+                plan.action_count(),
+            )
+            .await;
+        st.safety = SafetyState {
+            hold: None,
+            ..wf.next
+        };
+
         summary.result = SweepResult::Ok;
         summary.candidates = candidates.len();
         summary.zombies = zombies.len();
-        summary.actions = applied;
+        summary.actions = applied + wf.actions;
+        summary.workflows = wf.findings;
         if let Some(b) = &plan.next.brake.why {
             if plan.next.brake.engaged() {
                 summary.detail = Some(format!("brake engaged: {b}"));
@@ -246,8 +271,9 @@ impl Engine {
     }
 
     /// Judges candidates as `check` does: nothing is written, and a host whose
-    /// loss was not seen counts as lost for an unknown time.
-    pub async fn check(&self) -> Result<(DsLine, Plan), String> {
+    /// loss was not seen counts as lost for an unknown time. Workflow
+    /// findings follow the task zombies (SPEC §13).
+    pub async fn check(&self) -> Result<(DsLine, Plan, Vec<WorkflowFinding>), String> {
         let mut st = self.state.lock().await;
         if !self.registry.view().is_valid() {
             return Err("the registry view is not valid".into());
@@ -270,6 +296,37 @@ impl Engine {
             hold: Some(line_hold.unwrap_or_else(|| "check never writes".into())),
             ..SafetyState::default()
         };
-        Ok((line, plan(&view, &candidates, self.now(), &policy, &safety)))
+        let now = self.now();
+        let plan = plan(&view, &candidates, now, &policy, &safety);
+        let workflows = if self.settings.reconcile.workflows {
+            let (wf_states, _) = self.settings.workflow_states(line);
+            let wfs = match self
+                .store
+                .workflow_candidates(line, &wf_states, &states, Scan::Full)
+                .await
+            {
+                Ok(w) => w,
+                // The store cannot read them: no findings, not a failure.
+                Err(reaper_core::ports::PortError::Invalid(_)) => Vec::new(),
+                Err(e) => return Err(format!("reading workflow instances: {e}")),
+            };
+            let mut wp = self.settings.workflow_policy();
+            wp.unseen_absence = UnseenAbsence::Unknown;
+            reaper_core::workflow::plan_workflows(
+                &view,
+                &wfs,
+                now,
+                line,
+                &wp,
+                std::time::Duration::ZERO,
+                policy.max_actions_per_sweep,
+                0,
+                &plan.next,
+            )
+            .0
+        } else {
+            Vec::new()
+        };
+        Ok((line, plan, workflows))
     }
 }

@@ -415,3 +415,96 @@ async fn a_burst_of_membership_changes_makes_one_sweep() {
     cancel.cancel();
     task.await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_workflow_whose_master_is_lost_is_recovered_once_with_audit() {
+    let r = rig(|s| {
+        s.policy.workflow_master_lost = crate::config::WorkflowAction::Recover;
+        s.reconcile.workflow_grace_period = Duration::from_secs(900);
+    });
+    let mut wf = reaper_core::workflow::WorkflowCandidate::new(7, 1, Some("m1:5678"));
+    wf.start_time = Some(t0() - chrono::TimeDelta::seconds(3600));
+    r.store.insert_workflow(wf);
+    let mut healthy = reaper_core::workflow::WorkflowCandidate::new(8, 1, Some("m2:5678"));
+    healthy.start_time = Some(t0());
+    healthy.tasks_by_state.insert(1, 1);
+    r.store.insert_workflow(healthy);
+    r.reg.update(|v| {
+        v.upsert(NodeKind::Master, NodeInfo::new("m2:5678", t0()));
+    });
+    let now = r.engine.now();
+    r.reg
+        .update(|v| assert!(v.remove(NodeKind::Master, "m1:5678", now)));
+    tokio::time::advance(Duration::from_secs(899)).await;
+    let s = r.engine.sweep(Trigger::Tick).await;
+    assert_eq!(s.workflows, 0, "inside the workflow grace: {s:?}");
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let s = r.engine.sweep(Trigger::Tick).await;
+    assert_eq!((s.workflows, s.actions), (1, 1), "{s:?}");
+    assert_eq!(
+        r.store.workflow_row(7).unwrap().host.as_deref(),
+        Some("NULL")
+    );
+    assert_eq!(
+        r.store.workflow_row(8).unwrap().host.as_deref(),
+        Some("m2:5678")
+    );
+    let recs: Vec<_> = r
+        .audit()
+        .into_iter()
+        .filter(|x| x.workflow_instance_id == Some(7))
+        .map(|x| (x.event, x.kind))
+        .collect();
+    let wk = Some(crate::audit::RecordKind::Workflow);
+    assert_eq!(
+        recs,
+        [
+            (AuditEvent::Detected, wk),
+            (AuditEvent::Intent, wk),
+            (AuditEvent::Done, wk)
+        ]
+    );
+    assert_eq!(
+        r.engine
+            .metrics
+            .workflow_actions_total
+            .with_label_values(&["recover", "ok"])
+            .get(),
+        1
+    );
+    // DS's failover path owns it now ('NULL'): no second command
+    let s = r.engine.sweep(Trigger::Tick).await;
+    assert_eq!((s.workflows, s.actions), (0, 0), "{s:?}");
+    assert_eq!(
+        r.store
+            .calls()
+            .iter()
+            .filter(|c| matches!(c, StoreCall::Recover(_)))
+            .count(),
+        1
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_standby_reports_workflows_but_never_recovers() {
+    let r = rig(|s| {
+        s.policy.workflow_master_lost = crate::config::WorkflowAction::Recover;
+        s.reconcile.workflow_grace_period = Duration::from_secs(60);
+    });
+    r.leader.set(false);
+    let mut wf = reaper_core::workflow::WorkflowCandidate::new(7, 1, Some("gone:5678"));
+    wf.start_time = Some(t0());
+    r.store.insert_workflow(wf);
+    tokio::time::advance(Duration::from_secs(120)).await;
+    let s = r.engine.sweep(Trigger::Tick).await;
+    assert_eq!((s.workflows, s.actions), (1, 0), "{s:?}");
+    assert!(r
+        .store
+        .calls()
+        .iter()
+        .all(|c| !matches!(c, StoreCall::Recover(_))));
+    assert!(matches!(
+        r.engine.reap_workflow(7, true, "api", |_, _| Ok(())).await,
+        Err(ReapError::NotLeader(_))
+    ));
+}

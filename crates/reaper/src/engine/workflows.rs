@@ -1,0 +1,346 @@
+//! Workflow instances that cannot progress (SPEC §13): read after the task
+//! candidates of a sweep, judged with the same view, brake, caps and bucket,
+//! and — for `workflow_master_lost` under `recover` — written through the
+//! same audit discipline: intent on disk, one guarded transaction, outcome.
+
+use super::act::ActionResult;
+use super::reap::ReapError;
+use super::{Engine, Gate, SweepState};
+use crate::audit::{AuditEvent, Record, RecordKind};
+use reaper_core::ports::{Scan, WorkflowOutcome};
+use reaper_core::workflow::{
+    plan_workflows, WorkflowAction, WorkflowCandidate, WorkflowFinding, WorkflowReason,
+};
+use reaper_core::{Disposition, DsLine, Instant, NodeKind, RegistryView, SafetyState};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// What the workflow part of a sweep did.
+pub(super) struct WorkflowSweep {
+    pub findings: usize,
+    pub actions: usize,
+    pub next: SafetyState,
+}
+
+impl Engine {
+    fn workflow_record(
+        &self,
+        event: AuditEvent,
+        actor: &str,
+        f: &WorkflowFinding,
+        line: DsLine,
+        now: Instant,
+    ) -> Record {
+        let mut r = Record::event(event, actor, now);
+        r.kind = Some(RecordKind::Workflow);
+        r.workflow_instance_id = Some(f.workflow.id);
+        r.task_name = Some(f.workflow.name.clone());
+        r.host = f.workflow.host.clone();
+        r.reason = Some(f.reason.as_str().to_string());
+        r.evidence = serde_json::to_value(&f.evidence).ok();
+        r.from_state = Some(f.state_name.clone());
+        r.action = Some(f.action.as_str().to_string());
+        r.ds_line = Some(line.as_str().to_string());
+        r
+    }
+
+    /// Reads, judges, records and (as leader, unbraked) recovers workflow
+    /// instances, after the task plan whose state and action count it gets.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn sweep_workflows(
+        &self,
+        st: &mut SweepState,
+        line: DsLine,
+        full: bool,
+        view: &RegistryView,
+        now: Instant,
+        gate: Gate,
+        safety: SafetyState,
+        taken: usize,
+    ) -> WorkflowSweep {
+        let idle = |next| WorkflowSweep {
+            findings: 0,
+            actions: 0,
+            next,
+        };
+        if !self.settings.reconcile.workflows {
+            return idle(safety);
+        }
+        let (states, _) = self.settings.workflow_states(line);
+        let (task_states, _) = self.settings.live_states(line);
+        let scan = if full { Scan::Full } else { Scan::Incremental };
+        let workflows = match self
+            .store
+            .workflow_candidates(line, &states, &task_states, scan)
+            .await
+        {
+            Ok(w) => w,
+            Err(reaper_core::ports::PortError::Invalid(why)) => {
+                // Not a database failure: the store cannot answer this.
+                tracing::debug!(%why, "workflow candidates not read");
+                return idle(safety);
+            }
+            Err(e) => {
+                self.db_failed(&e);
+                tracing::warn!(error = %e, "reading workflow candidates failed; task results stand");
+                return idle(safety);
+            }
+        };
+        let policy = self.settings.workflow_policy();
+        let (findings, next) = plan_workflows(
+            view,
+            &workflows,
+            now,
+            line,
+            &policy,
+            self.settings.reconcile.startup_settle,
+            self.settings.reconcile.max_actions_per_sweep,
+            taken,
+            &safety,
+        );
+        self.record_workflow_detection(st, &findings, &workflows, line, now)
+            .await;
+        let findings = Arc::new(findings);
+        let mut per_reason: BTreeMap<WorkflowReason, i64> =
+            WorkflowReason::ALL.iter().map(|r| (*r, 0)).collect();
+        for f in findings.iter() {
+            *per_reason.entry(f.reason).or_default() += 1;
+        }
+        for (r, n) in per_reason {
+            self.metrics
+                .workflow_zombies
+                .with_label_values(&[r.as_str()])
+                .set(n);
+        }
+        {
+            let mut s = self.status_write();
+            s.workflows = findings.clone();
+        }
+        let acting: Vec<&WorkflowFinding> = findings
+            .iter()
+            .filter(|f| f.disposition == Disposition::Act)
+            .collect();
+        let mut actions = 0;
+        for f in acting {
+            match self.recover(f, line, "daemon", gate, false).await {
+                Ok(_) => actions += 1,
+                Err(ReapError::Refused(why)) => {
+                    tracing::warn!(%why, "workflow recovery not written in this sweep");
+                    break;
+                }
+                Err(_) => {}
+            }
+        }
+        WorkflowSweep {
+            findings: findings.len(),
+            actions,
+            next,
+        }
+    }
+
+    async fn record_workflow_detection(
+        &self,
+        st: &mut SweepState,
+        findings: &[WorkflowFinding],
+        workflows: &[WorkflowCandidate],
+        line: DsLine,
+        now: Instant,
+    ) {
+        let mut records = Vec::new();
+        for f in findings {
+            if st.workflows_seen.get(&f.workflow.id) != Some(&f.reason) {
+                st.workflows_seen.insert(f.workflow.id, f.reason);
+                tracing::warn!(workflow_instance_id = f.workflow.id, reason = %f.reason,
+                    host = ?f.workflow.host, action = %f.action, "workflow finding");
+                records.push(self.workflow_record(AuditEvent::Detected, "daemon", f, line, now));
+            }
+        }
+        if st.workflows_seen.len() > findings.len() {
+            let live: std::collections::HashSet<i64> = workflows.iter().map(|w| w.id).collect();
+            st.workflows_seen.retain(|id, _| live.contains(id));
+        }
+        if let Err(e) = self.audit.append_blocking(records).await {
+            tracing::error!(error = %e, "cannot write the audit trail");
+        }
+    }
+
+    /// `recover` for one workflow finding: gate, intent, the guarded
+    /// transaction, outcome. Returns the outcome record when written.
+    pub(super) async fn recover(
+        &self,
+        f: &WorkflowFinding,
+        line: DsLine,
+        actor: &str,
+        gate: Gate,
+        forced: bool,
+    ) -> Result<Record, ReapError> {
+        self.gate_open(&gate).map_err(ReapError::Refused)?;
+        let now = self.now();
+        let mut intent = self.workflow_record(AuditEvent::Intent, actor, f, line, now);
+        intent.action = Some(WorkflowAction::Recover.as_str().to_string());
+        if forced {
+            intent.reason = Some("forced".into());
+        }
+        let count = |result: ActionResult| {
+            self.metrics
+                .workflow_actions_total
+                .with_label_values(&["recover", result.as_str()])
+                .inc();
+        };
+        if let Err(e) = self.audit.append_blocking(vec![intent.clone()]).await {
+            count(ActionResult::Error);
+            return Err(ReapError::Unavailable(format!(
+                "cannot write the audit trail, not writing: {e}"
+            )));
+        }
+        let registry = self.registry.clone();
+        let live_master = move |h: &str| {
+            let v = registry.view();
+            !v.is_valid() || v.live(NodeKind::Master, h).is_some()
+        };
+        let outcome = self
+            .store
+            .recover_workflow(line, &f.workflow, now, &live_master)
+            .await;
+        let mut rec = intent;
+        rec.ts = self.now();
+        let result = match outcome {
+            Ok(WorkflowOutcome::Done {
+                workflow_state,
+                command_type,
+                command_id,
+            }) => {
+                count(ActionResult::Ok);
+                rec.event = AuditEvent::Done;
+                rec.to_state = workflow_state
+                    .and_then(reaper_core::workflow::workflow_state_name)
+                    .map(str::to_string);
+                rec.detail = Some(format!(
+                    "command {command_type} (id {})",
+                    command_id.map_or_else(|| "-".into(), |i| i.to_string())
+                ));
+                Ok(rec.clone())
+            }
+            Ok(WorkflowOutcome::LostRace(why)) => {
+                count(ActionResult::LostRace);
+                rec.event = AuditEvent::LostRace;
+                rec.detail = Some(why.clone());
+                Err(ReapError::LostRace(why))
+            }
+            Ok(WorkflowOutcome::Skipped(why)) => {
+                // DS took the workflow (or its master came back) between our
+                // read and the lock: a race lost to DS, nothing written.
+                count(ActionResult::LostRace);
+                rec.event = AuditEvent::LostRace;
+                rec.detail = Some(format!("not written: {why}"));
+                Err(ReapError::LostRace(why))
+            }
+            Err(e) => {
+                self.db_failed(&e);
+                count(ActionResult::Error);
+                rec.event = AuditEvent::Error;
+                rec.detail = Some(e.to_string());
+                Err(ReapError::Unavailable(e.to_string()))
+            }
+        };
+        if let Err(e) = self.audit.append_blocking(vec![rec]).await {
+            tracing::error!(error = %e, "cannot write audit outcome");
+        }
+        result
+    }
+
+    /// `reap --workflow-instance N`: refuses unless the workflow is a
+    /// `workflow_master_lost` finding as `check` judges it (or `force`).
+    /// `confirm` sees the judged finding before anything is written.
+    pub async fn reap_workflow(
+        &self,
+        id: i64,
+        force: bool,
+        actor: &str,
+        confirm: impl FnOnce(&WorkflowFinding, bool) -> Result<(), ReapError>,
+    ) -> Result<Record, ReapError> {
+        self.ensure_leader()?;
+        let mut st = self.state.lock().await;
+        let (line, hold) = self.line(&mut st).await.map_err(ReapError::Unavailable)?;
+        drop(st);
+        if let Some(h) = hold {
+            return Err(ReapError::Refused(h));
+        }
+        let (task_states, _) = self.settings.live_states(line);
+        let wf = match self.store.workflow(line, id, &task_states).await {
+            Ok(Some(w)) => w,
+            Ok(None) => return Err(ReapError::NotFound(id)),
+            Err(e) => {
+                self.db_failed(&e);
+                return Err(ReapError::Unavailable(e.to_string()));
+            }
+        };
+        let view = self.registry.view();
+        let Some(valid_since) = view.valid_since() else {
+            return Err(ReapError::Refused("the registry view is not valid".into()));
+        };
+        if !line.workflow_non_terminal_states().contains(&wf.state) {
+            return Err(ReapError::Refused(format!(
+                "workflow instance {id} is in a terminal state; finished rows are never touched"
+            )));
+        }
+        let mut policy = self.settings.workflow_policy();
+        policy.master_lost = WorkflowAction::Recover;
+        policy.rules.clear();
+        policy.unseen_absence = reaper_core::UnseenAbsence::Unknown;
+        let (findings, _) = plan_workflows(
+            &view,
+            std::slice::from_ref(&wf),
+            self.now(),
+            line,
+            &policy,
+            std::time::Duration::ZERO,
+            1,
+            0,
+            &SafetyState {
+                bucket: Some(reaper_core::TokenBucket::full(1, self.now())),
+                ..SafetyState::default()
+            },
+        );
+        let judged = findings
+            .into_iter()
+            .find(|f| f.reason == WorkflowReason::WorkflowMasterLost);
+        let (finding, forced) = match judged {
+            Some(f) if f.action == WorkflowAction::Recover => (f, false),
+            Some(f) if !force => {
+                return Err(ReapError::Refused(
+                    f.note
+                        .unwrap_or_else(|| "recover does not apply".to_string()),
+                ))
+            }
+            None if !force => {
+                return Err(ReapError::Refused(format!(
+                    "workflow instance {id} is not workflow_master_lost as check judges it (host {:?}); use force to override",
+                    wf.host
+                )))
+            }
+            _ => (
+                WorkflowFinding {
+                    state_name: reaper_core::workflow::workflow_state_name(wf.state)
+                        .unwrap_or("UNKNOWN")
+                        .to_string(),
+                    workflow: wf,
+                    reason: WorkflowReason::WorkflowMasterLost,
+                    evidence: Default::default(),
+                    owner_master_alive: false,
+                    action: WorkflowAction::Recover,
+                    note: Some("forced".into()),
+                    disposition: Disposition::Act,
+                },
+                true,
+            ),
+        };
+        confirm(&finding, forced)?;
+        self.ensure_leader()?;
+        let gate = Gate {
+            valid_since,
+            leader_only: true,
+        };
+        self.recover(&finding, line, actor, gate, forced).await
+    }
+}
