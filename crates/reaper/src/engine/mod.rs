@@ -91,7 +91,24 @@ pub struct Status {
     pub db_error: Option<String>,
     /// The workflow findings of the last sweep (SPEC §13).
     pub workflows: Arc<Vec<reaper_core::workflow::WorkflowFinding>>,
+    /// One point per completed sweep of the last hour, oldest first, for
+    /// the status page's charts.
+    pub history: std::collections::VecDeque<SweepPoint>,
 }
+
+/// What the status page charts of one sweep.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct SweepPoint {
+    pub at: Instant,
+    pub zombies: usize,
+    pub workflows: usize,
+    pub actions: usize,
+    pub duration_ms: u64,
+}
+
+/// The charts' window, and a bound on its points whatever the sweep interval.
+pub const HISTORY_WINDOW: chrono::TimeDelta = chrono::TimeDelta::hours(1);
+pub const HISTORY_POINTS: usize = 3600;
 
 /// What the sweeps remember between passes.
 #[derive(Default)]

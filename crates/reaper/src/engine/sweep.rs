@@ -20,13 +20,30 @@ impl Engine {
         m.sweeps_total
             .with_label_values(&[summary.result.as_str()])
             .inc();
+        let mut st = self.status_write();
         if summary.result != SweepResult::Skipped {
-            m.sweep_duration_seconds
-                .observe(started.elapsed().as_secs_f64());
+            let took = started.elapsed();
+            m.sweep_duration_seconds.observe(took.as_secs_f64());
             m.last_sweep_timestamp_seconds
                 .set(summary.at.timestamp_millis() as f64 / 1000.0);
+            if summary.result == SweepResult::Ok {
+                let h = &mut st.history;
+                while h.len() >= super::HISTORY_POINTS
+                    || h.front()
+                        .is_some_and(|p| summary.at - p.at > super::HISTORY_WINDOW)
+                {
+                    h.pop_front();
+                }
+                h.push_back(super::SweepPoint {
+                    at: summary.at,
+                    zombies: summary.zombies,
+                    workflows: summary.workflows,
+                    actions: summary.actions,
+                    duration_ms: took.as_millis() as u64,
+                });
+            }
         }
-        self.status_write().last_sweep = Some(summary);
+        st.last_sweep = Some(summary);
     }
 
     /// One pass: read, plan, and (as leader, unbraked) act. Passes run one
