@@ -6,3 +6,5 @@ export DS_TEST_POSTGRES=${DS_TEST_POSTGRES:-postgres://postgres:postgres@127.0.0
 # the DS schemas are read from ../shared, never copied into the repo
 export DS_SCHEMA_DIR=${DS_SCHEMA_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/../shared/ds-schema}
 export DS_SERVICES_SCRIPT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/services.sh
+# DS's etcd registry (reaper-etcd, ds-sim): comma-separated client endpoints
+export ETCD_ENDPOINTS=${ETCD_ENDPOINTS:-http://127.0.0.1:2379}

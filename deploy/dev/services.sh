@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# Idempotent install + start of ZooKeeper, MariaDB and PostgreSQL on loopback,
+# Idempotent install + start of ZooKeeper, MariaDB, PostgreSQL and etcd on loopback,
 # without systemd or docker (Debian 12, run as root). Connection details for
 # tests live in deploy/dev/env.sh, the one place they are defined.
 #   deploy/dev/services.sh [start|stop|status]      (default: start)
+#   deploy/dev/services.sh [start-etcd|stop-etcd]   (etcd alone)
 # Env: SVC_DIR (state dir, default /tmp/ds-services), SVC_TIMEOUT (s, default 60),
-#      ZK_PORT=2181 MY_PORT=3306 PG_PORT=5432
+#      ZK_PORT=2181 MY_PORT=3306 PG_PORT=5432 ETCD_PORT=2379 (peer port ETCD_PORT+1)
 # Result: ZooKeeper 127.0.0.1:$ZK_PORT
 #         mysql://ds:ds@127.0.0.1:$MY_PORT/ds
 #         postgres://postgres:postgres@127.0.0.1:$PG_PORT/ds
+#         etcd http://127.0.0.1:$ETCD_PORT (v3 API)
+# Also installs protobuf-compiler and libprotobuf-dev: the etcd-client crate's build
+# runs protoc on etcd's protos, which import google/protobuf/descriptor.proto.
 set -euo pipefail
 
 SVC_DIR=${SVC_DIR:-/var/tmp/ds-reaper-services}
@@ -15,9 +19,11 @@ TIMEOUT=${SVC_TIMEOUT:-60}
 ZK_PORT=${ZK_PORT:-2181}
 MY_PORT=${MY_PORT:-3306}
 PG_PORT=${PG_PORT:-5432}
+ETCD_PORT=${ETCD_PORT:-2379}
 ZK_DIR=$SVC_DIR/zookeeper
 MY_DIR=$SVC_DIR/mariadb
 PG_DIR=$SVC_DIR/postgres
+ETCD_DIR=$SVC_DIR/etcd
 MY_SOCK=$MY_DIR/mysqld.sock
 
 log() { echo "[services] $*" >&2; }
@@ -49,6 +55,12 @@ install_missing() {
   command -v psql >/dev/null || pkgs+=(postgresql-client)
   # promtool and a real Prometheus for the alert-rule tests
   command -v promtool >/dev/null && command -v prometheus >/dev/null || pkgs+=(prometheus)
+  # DS's etcd registry (reaper-etcd, ds-sim), and protoc for the etcd-client crate's build
+  command -v etcd >/dev/null || pkgs+=(etcd-server)
+  command -v etcdctl >/dev/null || pkgs+=(etcd-client)
+  command -v protoc >/dev/null || pkgs+=(protobuf-compiler)
+  # protoc's well-known types (google/protobuf/descriptor.proto, imported by etcd's protos)
+  [[ -f /usr/include/google/protobuf/descriptor.proto ]] || pkgs+=(libprotobuf-dev)
   if ((${#pkgs[@]} == 0)); then log "packages already installed"; return; fi
   [[ $(id -u) -eq 0 ]] || die "need root to apt-get install ${pkgs[*]}"
   log "installing: ${pkgs[*]}"
@@ -174,18 +186,49 @@ stop_pg() {
   else log "postgres not running"; fi
 }
 
+# ---------------------------------------------------------------- etcd
+etcd_ok() { ETCDCTL_API=3 timeout 2 etcdctl --endpoints="127.0.0.1:$ETCD_PORT" endpoint health >/dev/null 2>&1; }
+
+start_etcd() {
+  if etcd_ok; then log "etcd already running on 127.0.0.1:$ETCD_PORT"; return; fi
+  mkdir -p "$ETCD_DIR"
+  # the Debian package's own service is not used (no init system); one member, loopback only
+  setsid nohup etcd --name ds-dev --data-dir "$ETCD_DIR/data" \
+    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" --initial-advertise-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" \
+    --initial-cluster "ds-dev=http://127.0.0.1:$((ETCD_PORT + 1))" \
+    >"$ETCD_DIR/etcd.log" 2>&1 </dev/null &
+  echo $! >"$ETCD_DIR/etcd.pid"
+  wait_for etcd "$(cat "$ETCD_DIR/etcd.pid")" etcd_ok || { tail -n 30 "$ETCD_DIR/etcd.log" >&2; die "etcd failed to start or is not healthy within ${TIMEOUT}s (port $ETCD_PORT taken? log: $ETCD_DIR/etcd.log)"; }
+}
+
+stop_etcd() {
+  local pid
+  pid=$(cat "$ETCD_DIR/etcd.pid" 2>/dev/null) || { log "etcd: no pid file"; return; }
+  if kill -0 "$pid" 2>/dev/null; then
+    kill "$pid"
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
+    log "etcd stopped"
+  fi
+  rm -f "$ETCD_DIR/etcd.pid"
+}
+
 # ---------------------------------------------------------------- main
 case "${1:-start}" in
   start)
     mkdir -p "$SVC_DIR"
     install_missing
-    start_zk; start_mariadb; start_pg
-    log "all up: zk=127.0.0.1:$ZK_PORT mysql://ds:ds@127.0.0.1:$MY_PORT/ds postgres://postgres:postgres@127.0.0.1:$PG_PORT/ds"
+    start_zk; start_mariadb; start_pg; start_etcd
+    log "all up: zk=127.0.0.1:$ZK_PORT mysql://ds:ds@127.0.0.1:$MY_PORT/ds postgres://postgres:postgres@127.0.0.1:$PG_PORT/ds etcd=http://127.0.0.1:$ETCD_PORT"
     ;;
-  stop) stop_zk; stop_mariadb; stop_pg ;;
+  start-etcd) mkdir -p "$SVC_DIR"; install_missing; start_etcd ;;
+  stop) stop_zk; stop_mariadb; stop_pg; stop_etcd ;;
+  stop-etcd) stop_etcd ;;
   status)
     zk_ok && echo "zookeeper: up ($(zk_4lw srvr | grep Mode))" || echo "zookeeper: down"
     my_ok >/dev/null 2>&1 && echo "mariadb: up" || echo "mariadb: down"
-    pg_ok && echo "postgres: up" || echo "postgres: down" ;;
-  *) die "usage: $0 [start|stop|status]" ;;
+    pg_ok && echo "postgres: up" || echo "postgres: down"
+    etcd_ok && echo "etcd: up" || echo "etcd: down" ;;
+  *) die "usage: $0 [start|stop|status|start-etcd|stop-etcd]" ;;
 esac
