@@ -6,6 +6,7 @@
 //! Tests, the demo and the benchmarks all use this one implementation.
 
 pub mod db;
+pub mod etcd;
 pub mod schema;
 pub mod zk;
 pub mod zkserver;
