@@ -1,0 +1,98 @@
+//! The registry's outer loop: a client, then one read-and-watch cycle after
+//! another on it until cancelled, with reaper-core's jittered [`Backoff`]
+//! between failed attempts. A cycle that failed before its read completed
+//! drops the client, so the next attempt starts from a fresh connection
+//! (and a fresh authentication token).
+//!
+//! etcd has no session for a reader: a gap is a broken watch stream, and
+//! nodes still there at the next read keep the `seen_at` they had
+//! (`Gap::Connection`).
+
+use crate::watch::{Outcome, Watcher};
+use crate::{connect, EtcdSettings};
+use reaper_core::registry::Backoff;
+use std::hash::{BuildHasher, Hasher};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// The first retry waits about this long; each failure doubles it...
+const MIN_BACKOFF: Duration = Duration::from_millis(200);
+/// ... up to this; a success starts again from [`MIN_BACKOFF`].
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// A fresh backoff for one retry loop, its jitter seeded from std's
+/// per-process random hash keys so replicas do not retry in step.
+pub(crate) fn backoff() -> Backoff {
+    let seed = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    Backoff::new(MIN_BACKOFF, MAX_BACKOFF, seed)
+}
+
+/// Sleeps unless cancelled first; true when cancelled.
+pub(crate) async fn sleep(cancel: &CancellationToken, d: Duration) -> bool {
+    tokio::select! {
+        _ = cancel.cancelled() => true,
+        _ = tokio::time::sleep(d) => false,
+    }
+}
+
+fn describe(settings: &EtcdSettings) -> String {
+    format!("etcd {}", settings.endpoints_text())
+}
+
+/// The registry's loop.
+pub(crate) async fn run(mut w: Watcher) {
+    let inner = w.inner.clone();
+    let cancel = inner.cancel.clone();
+    let mut backoff = backoff();
+    let mut client: Option<etcd_client::Client> = None;
+    loop {
+        if cancel.is_cancelled() {
+            break;
+        }
+        let c = match client.clone() {
+            Some(c) => c,
+            None => {
+                let r = tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    r = connect(&inner.settings) => r,
+                };
+                match r {
+                    Ok(c) => {
+                        client = Some(c.clone());
+                        c
+                    }
+                    Err(e) => {
+                        crate::registry::Inner::count(&inner.errors);
+                        tracing::warn!(error = %e, "cannot connect to {}", describe(&inner.settings));
+                        w.invalidate(format!("connecting to {}: {e}", describe(&inner.settings)));
+                        if sleep(&cancel, backoff.next_delay()).await {
+                            break;
+                        }
+                        continue;
+                    }
+                }
+            }
+        };
+        let outcome = tokio::select! {
+            o = w.serve(&c, &mut backoff) => o,
+            _ = cancel.cancelled() => Outcome::Cancelled,
+        };
+        match outcome {
+            Outcome::Cancelled => break,
+            Outcome::Ended { reason, listed } => {
+                crate::registry::Inner::count(&inner.errors);
+                tracing::warn!(%reason, "etcd registry view interrupted; reading afresh");
+                w.invalidate(reason);
+                if !listed {
+                    client = None;
+                }
+                if sleep(&cancel, backoff.next_delay()).await {
+                    break;
+                }
+            }
+        }
+    }
+    w.invalidate("registry closed".to_string());
+}

@@ -1,0 +1,480 @@
+//! One read-and-watch cycle, driving reaper-core's [`Membership`].
+//!
+//! A full read of the server directories and the agents at one revision R,
+//! then one watch stream with a watch per prefix from R + 1: nothing that
+//! happened after the read is missed, and only then is the view valid. The
+//! cycle ends — and the view is invalid until the next cycle's read — when
+//! the stream fails or ends, when etcd cancels a watch, or when a progress
+//! request gets no answer within the request timeout (a server that stopped
+//! answering leaves the stream silent, not broken). A watch cancelled
+//! because its revision was compacted is followed at once by a fresh read.
+//!
+//! Deletions and new nodes are applied as they arrive. Heartbeat puts of
+//! known nodes (every worker, every ~10 s) carry their data, so nothing is
+//! re-read: the newest data per node is kept and applied every
+//! [`FLUSH_TICK`], which bounds how often the view is republished.
+
+use crate::keys::prefix_end;
+use crate::listing::{read_all, Kv, Snapshot};
+use crate::registry::{lock, Inner};
+use crate::{bounded, EtcdError};
+use chrono::Utc;
+use etcd_client::{
+    EventType, WatchClient, WatchOptions, WatchRequestSender, WatchResponse, WatchStream,
+};
+use reaper_core::registry::{may_concern_servers, Backoff, Changes, Gap, ListedNode, Listing};
+use reaper_core::registry::{Membership, NodeEvent, Note};
+use reaper_core::RegistryView;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::time::Instant as Tick;
+
+/// Coalesced heartbeat data is applied this often.
+pub(crate) const FLUSH_TICK: Duration = Duration::from_millis(500);
+
+/// Fresh reads forced by compaction in a row before the cycle gives up and
+/// backs off (a compaction racing every read means something is wrong).
+const MAX_COMPACTED_READS: u32 = 5;
+
+/// How a cycle ended.
+pub(crate) enum Outcome {
+    Cancelled,
+    /// The view is invalid for `reason`; `listed`: the cycle's read had
+    /// completed (the client itself works).
+    Ended {
+        reason: String,
+        listed: bool,
+    },
+}
+
+/// How often the watch stream is asked for its progress: often enough that
+/// a silent server is noticed within about twice the request timeout.
+fn progress_every(rt: Duration) -> Duration {
+    rt.clamp(Duration::from_millis(200), Duration::from_secs(5))
+}
+
+/// The registry's state across cycles: the membership machine and what it
+/// publishes to.
+pub(crate) struct Watcher {
+    pub(crate) inner: Arc<Inner>,
+    tx: watch::Sender<Arc<RegistryView>>,
+    membership: Membership,
+    /// Newest data of known nodes not applied yet, by path.
+    pending: HashMap<String, Vec<u8>>,
+}
+
+impl Watcher {
+    pub(crate) fn new(
+        inner: Arc<Inner>,
+        tx: watch::Sender<Arc<RegistryView>>,
+        membership: Membership,
+    ) -> Self {
+        Watcher {
+            inner,
+            tx,
+            membership,
+            pending: HashMap::new(),
+        }
+    }
+
+    /// The ranges read and watched: the server directories of the layout
+    /// mode, and the agents' when they are read.
+    fn prefixes(&self) -> Vec<String> {
+        let keys = &self.inner.keys;
+        self.membership
+            .mode()
+            .server_dirs()
+            .iter()
+            .copied()
+            .chain(self.membership.agent_prefix())
+            .map(|d| keys.dir_prefix(d))
+            .collect()
+    }
+
+    /// Logs what the machine noted and publishes when it says so.
+    fn settle(&mut self, changes: Changes) {
+        log(&changes.notes);
+        if changes.publish {
+            // Detection first: a subscriber woken by the view may ask for it.
+            if self.inner.settings.line.is_none() {
+                *lock(&self.inner.detected) = self.membership.detected();
+            }
+            self.tx
+                .send_replace(Arc::new(self.membership.view().clone()));
+        }
+    }
+
+    /// The daemon lost sight of the registry: invalid until the next read.
+    pub(crate) fn invalidate(&mut self, reason: String) {
+        self.pending.clear();
+        let c = self
+            .membership
+            .invalidate(Gap::Connection, reason, Utc::now());
+        self.settle(c);
+    }
+
+    /// One cycle on `client`: read, watch, apply events until the stream
+    /// fails (or the loop is cancelled).
+    pub(crate) async fn serve(
+        &mut self,
+        client: &etcd_client::Client,
+        backoff: &mut Backoff,
+    ) -> Outcome {
+        let rt = self.inner.settings.request_timeout;
+        let prefixes = self.prefixes();
+        let mut kv = client.kv_client();
+        let mut wc = client.watch_client();
+        let mut compacted_reads = 0;
+        let mut listed = false;
+        'read: loop {
+            let snap = match read_all(&mut kv, &prefixes, rt).await {
+                Ok(s) => s,
+                Err(EtcdError::Compacted(_)) if compacted_reads < MAX_COMPACTED_READS => {
+                    compacted_reads += 1;
+                    self.compacted("the read's revision was compacted while paging");
+                    continue 'read;
+                }
+                Err(e) => {
+                    return Outcome::Ended {
+                        reason: format!("reading the registry: {e}"),
+                        listed,
+                    }
+                }
+            };
+            if let Some(hook) = &self.inner.hooks.after_read {
+                hook(snap.revision).await;
+            }
+            let (stream, early) =
+                match open_watches(&mut wc, &prefixes, snap.revision + 1, rt).await {
+                    Ok(s) => s,
+                    Err(EtcdError::Compacted(_)) if compacted_reads < MAX_COMPACTED_READS => {
+                        compacted_reads += 1;
+                        self.compacted("revision compacted before the watch was created");
+                        continue 'read;
+                    }
+                    Err(e) => {
+                        return Outcome::Ended {
+                            reason: format!("watching the registry: {e}"),
+                            listed: true,
+                        }
+                    }
+                };
+            listed = true;
+            let (mut sender, mut stream) = stream.split();
+            self.apply_snapshot(snap);
+            for resp in early {
+                self.handle(&resp);
+            }
+            backoff.reset();
+            let mut flush = tokio::time::interval(FLUSH_TICK);
+            flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut progress = Progress::new(rt);
+            loop {
+                tokio::select! {
+                    _ = self.inner.cancel.cancelled() => return Outcome::Cancelled,
+                    m = stream.message() => match m {
+                        Ok(Some(resp)) => {
+                            progress.heard();
+                            if resp.canceled() {
+                                if resp.compact_revision() > 0
+                                    && compacted_reads < MAX_COMPACTED_READS
+                                {
+                                    compacted_reads += 1;
+                                    self.compacted(&format!(
+                                        "etcd cancelled the watch: revision compacted (now {})",
+                                        resp.compact_revision()
+                                    ));
+                                    continue 'read;
+                                }
+                                return Outcome::Ended {
+                                    reason: format!(
+                                        "etcd cancelled the registry watch: {}",
+                                        cancel_reason(&resp)
+                                    ),
+                                    listed,
+                                };
+                            }
+                            compacted_reads = 0;
+                            self.handle(&resp);
+                        }
+                        Ok(None) => {
+                            return Outcome::Ended {
+                                reason: "the etcd watch stream ended".into(),
+                                listed,
+                            }
+                        }
+                        Err(e) => {
+                            return Outcome::Ended {
+                                reason: format!("the etcd watch stream failed: {e}"),
+                                listed,
+                            }
+                        }
+                    },
+                    r = progress.check(&mut sender) => {
+                        if let Err(reason) = r {
+                            return Outcome::Ended { reason, listed };
+                        }
+                    }
+                    _ = flush.tick() => self.flush(),
+                }
+            }
+        }
+    }
+
+    fn compacted(&mut self, what: &str) {
+        Inner::count(&self.inner.compactions);
+        tracing::warn!("{what}; reading the registry afresh");
+        self.invalidate(format!("{what}; reading afresh"));
+    }
+
+    /// Rebuilds everything from a full read: the view is valid from now.
+    fn apply_snapshot(&mut self, snap: Snapshot) {
+        let now = Utc::now();
+        self.pending.clear();
+        let inner = self.inner.clone();
+        let nodes = snap
+            .ranges
+            .into_iter()
+            .flatten()
+            .filter_map(|kv| {
+                let path = inner.keys.rel(&kv.key)?.to_string();
+                Some(ListedNode {
+                    path,
+                    ephemeral: kv.lease != 0,
+                    data: kv.value,
+                })
+            })
+            .collect();
+        let listing = Listing {
+            nodes,
+            legacy_dir: false,
+        };
+        let c = self.membership.apply_listing(listing, now);
+        if c.notes.iter().any(|n| {
+            matches!(
+                n,
+                Note::Listed {
+                    after_gap: true,
+                    ..
+                }
+            )
+        }) {
+            Inner::count(&inner.reconnects);
+        }
+        self.settle(c);
+        tracing::debug!(revision = snap.revision, "etcd registry read");
+    }
+
+    /// Applies one watch response's events, all stamped with their arrival.
+    fn handle(&mut self, resp: &WatchResponse) {
+        if resp.events().is_empty() {
+            return;
+        }
+        let now = Utc::now();
+        let inner = self.inner.clone();
+        let mode = self.membership.mode();
+        let mut events = Vec::new();
+        let mut in_batch: HashSet<String> = HashSet::new();
+        for ev in resp.events() {
+            let Some(kv) = ev.kv().and_then(Kv::from_client) else {
+                continue;
+            };
+            let Some(rel) = inner.keys.rel(&kv.key) else {
+                continue;
+            };
+            let agent = self.membership.agent_worker(rel).is_some();
+            if !agent && !may_concern_servers(mode, rel) {
+                continue;
+            }
+            let rel = rel.to_string();
+            let put = matches!(ev.event_type(), EventType::Put);
+            // A heartbeat of a known server: kept for the next flush. An
+            // agent's put is its heartbeat and is applied at once.
+            if put && !agent && self.membership.contains(&rel) && !in_batch.contains(&rel) {
+                self.pending.insert(rel, kv.value);
+                continue;
+            }
+            self.pending.remove(&rel);
+            in_batch.insert(rel.clone());
+            events.push(if put {
+                NodeEvent::Present {
+                    path: rel,
+                    ephemeral: kv.lease != 0,
+                    data: kv.value,
+                }
+            } else {
+                NodeEvent::Deleted { path: rel }
+            });
+        }
+        if !events.is_empty() {
+            let c = self.membership.apply(events, now);
+            self.settle(c);
+        }
+    }
+
+    /// Applies the coalesced heartbeat data; forgets old losses.
+    fn flush(&mut self) {
+        let now = Utc::now();
+        let mut c = Changes::default();
+        if !self.pending.is_empty() {
+            let events = self
+                .pending
+                .drain()
+                .map(|(path, data)| NodeEvent::DataChanged { path, data });
+            c = self.membership.apply(events, now);
+        }
+        let pruned = self.membership.prune_lost(now);
+        c.publish |= pruned.publish;
+        self.settle(c);
+    }
+}
+
+fn cancel_reason(resp: &WatchResponse) -> String {
+    match resp.cancel_reason() {
+        "" => "no reason given".to_string(),
+        r => r.to_string(),
+    }
+}
+
+/// Keeps asking a watch stream for its progress: a stream that stays silent
+/// for the request timeout after being asked is down, even if its
+/// connection still looks open (a stopped or partitioned server).
+pub(crate) struct Progress {
+    rt: Duration,
+    every: tokio::time::Interval,
+    /// When a progress request was sent and nothing has arrived since.
+    asked: Option<Tick>,
+}
+
+impl Progress {
+    pub(crate) fn new(rt: Duration) -> Progress {
+        let period = progress_every(rt);
+        let mut every = tokio::time::interval_at(Tick::now() + period, period);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Progress {
+            rt,
+            every,
+            asked: None,
+        }
+    }
+
+    /// Something arrived on the stream.
+    pub(crate) fn heard(&mut self) {
+        self.asked = None;
+    }
+
+    /// Waits for the next tick, then asks for progress, or fails when the
+    /// last request went unanswered for the request timeout. Cancel-safe.
+    pub(crate) async fn check(&mut self, sender: &mut WatchRequestSender) -> Result<(), String> {
+        self.every.tick().await;
+        let rt = self.rt;
+        match self.asked {
+            Some(t) if t.elapsed() >= rt => Err(format!(
+                "etcd did not answer a watch progress request within {rt:?}"
+            )),
+            Some(_) => Ok(()),
+            None => match tokio::time::timeout(rt, sender.request_progress()).await {
+                Ok(Ok(())) => {
+                    self.asked = Some(Tick::now());
+                    Ok(())
+                }
+                _ => Err("the etcd watch stream is closed".into()),
+            },
+        }
+    }
+}
+
+/// Opens one stream with a watch per prefix from `start`, and waits (within
+/// `rt`) until etcd confirmed every one. Responses with events that arrive
+/// meanwhile are returned to be applied after the read.
+pub(crate) async fn open_watches(
+    wc: &mut WatchClient,
+    prefixes: &[String],
+    start: i64,
+    rt: Duration,
+) -> Result<(WatchStream, Vec<WatchResponse>), EtcdError> {
+    let deadline = Tick::now() + rt;
+    let opts = |p: &str| {
+        WatchOptions::new()
+            .with_range(prefix_end(p.as_bytes()))
+            .with_start_revision(start)
+    };
+    let (first, rest) = prefixes
+        .split_first()
+        .ok_or_else(|| EtcdError::Watch("nothing to watch".into()))?;
+    let left = deadline.saturating_duration_since(Tick::now());
+    let mut stream = bounded("watch", left, wc.watch(first.as_str(), Some(opts(first)))).await?;
+    for p in rest {
+        let left = deadline.saturating_duration_since(Tick::now());
+        bounded("watch", left, stream.watch(p.as_str(), Some(opts(p)))).await?;
+    }
+    let mut created = 0;
+    let mut early = Vec::new();
+    while created < prefixes.len() {
+        let left = deadline.saturating_duration_since(Tick::now());
+        let resp = match bounded("watch", left, stream.message()).await? {
+            Some(r) => r,
+            None => return Err(EtcdError::Watch("the stream ended".into())),
+        };
+        if resp.canceled() {
+            if resp.compact_revision() > 0 {
+                return Err(EtcdError::Compacted("watch"));
+            }
+            return Err(EtcdError::Watch(format!(
+                "etcd cancelled the watch: {}",
+                cancel_reason(&resp)
+            )));
+        }
+        if resp.created() {
+            created += 1;
+        }
+        if !resp.events().is_empty() {
+            early.push(resp);
+        }
+    }
+    Ok((stream, early))
+}
+
+/// Writes what the membership machine noted.
+fn log(notes: &[Note]) {
+    for n in notes {
+        match n {
+            Note::Invalid { reason } => tracing::info!(%reason, "registry view invalid"),
+            Note::Listed {
+                workers, masters, ..
+            } => tracing::info!(workers, masters, "etcd registry read; view valid"),
+            Note::Present { kind, host } => {
+                tracing::info!(?kind, host = host.as_str(), "registry node present")
+            }
+            Note::Gone { kind, host } => {
+                tracing::info!(?kind, host = host.as_str(), "registry node gone")
+            }
+            Note::Unreadable { host, error } => tracing::warn!(host = %host, error = %error,
+                "registry node data unreadable; the node counts as present with unknown startup/report time"),
+            Note::AgentUnreadable { worker, error } => {
+                tracing::warn!(worker = %worker, error = %error,
+                "agent report unreadable; the agent counts as not fresh")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_is_asked_often_enough() {
+        assert_eq!(
+            progress_every(Duration::from_secs(10)),
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            progress_every(Duration::from_secs(2)),
+            Duration::from_secs(2)
+        );
+        assert_eq!(progress_every(Duration::ZERO), Duration::from_millis(200));
+    }
+}
