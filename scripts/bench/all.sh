@@ -5,6 +5,7 @@
 #   - reaping latency and idle footprint (scripts/bench/latency.sh, idle.sh, when present)
 #   - reap throughput: 2,000 zombies reaped by the daemon vs one raw batched UPDATE
 #   - steady RSS/CPU with 2,000 workers and 100,000 live rows
+#   - etcd registry: node removal -> view update (reaper-etcd's ignored bench_latency test)
 # Needs the local services (deploy/dev/services.sh). Not part of CI.
 # Usage: scripts/bench/all.sh          full run (the sweep bench fills 1M and 5M rows: slow)
 #        QUICK=1 scripts/bench/all.sh  short windows, sweep at 200k rows on MariaDB only
@@ -124,6 +125,13 @@ if run steady "$target/ds-sim" bench-steady --reaper "$target/ds-reaper" --worke
   row "steady, 2000 workers + 100k live rows: mean sweep" "$(printf '%.0f' "$(result steady steady_sweep_mean_ms)") ms" "(figure)" "-"
 else
   row "steady at scale" "-" "" "FAILED"
+fi
+
+# 6. etcd registry: node removal -> view update ----------------------------------
+if run etcd_latency cargo test --release -q -p reaper-etcd --test bench_latency -- --ignored --nocapture --test-threads=1; then
+  row "etcd: node removal -> view update (median of 20)" "$(result etcd_latency etcd_removal_to_view_median_ms) ms" "(figure)" "-"
+else
+  row "etcd: node removal -> view update" "-" "" "FAILED"
 fi
 
 echo
