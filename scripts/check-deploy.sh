@@ -71,7 +71,8 @@ else
     fail "rules rendered by deploy/prometheus/render-alerts.sh do not load:"; echo "${out:-}" >&2
   fi
   for alert in DsReaperZombiesPresent DsReaperActionsFailing DsReaperBrakeEngaged DsReaperDown \
-               DsReaperRegistryViewInvalid DsReaperSweepsStale; do
+               DsReaperRegistryViewInvalid DsReaperSweepsStale DsReaperWorkflowStalled \
+               DsReaperWorkflowMasterLost DsReaperAgentStale DsReaperProcessGone; do
     if ! grep -q "alert: $alert\$" deploy/prometheus/alerts.yml; then
       fail "alerts.yml lacks the required alert $alert"
     fi
@@ -224,9 +225,11 @@ SPEC_METRICS = {
     "ds_reaper_" + m for m in """zombies zombies_detected_total actions_total candidates live_workers
     live_masters workers_lost_total sweeps_total sweep_duration_seconds last_sweep_timestamp_seconds
     registry_view_valid zk_session_expirations_total leader brake_engaged db_errors_total
-    zk_errors_total build_info""".split()
+    zk_errors_total build_info workflow_zombies workflow_actions_total agents rows_skipped_total
+    agent_scans_total agent_scan_duration_seconds agent_task_processes agent_unreadable_processes
+    agent_publish_errors_total agent_registry_connected agent_build_info""".split()
 }
-HISTOGRAMS = {"ds_reaper_sweep_duration_seconds"}
+HISTOGRAMS = {"ds_reaper_sweep_duration_seconds", "ds_reaper_agent_scan_duration_seconds"}
 
 # SPEC §6: every config key, by section.
 SPEC_KEYS = {
@@ -293,7 +296,8 @@ if dash is not None:
         fail(f"{path}: panel ids missing or not unique")
     want = {"ds_reaper_zombies", "ds_reaper_actions_total", "ds_reaper_live_workers", "ds_reaper_live_masters",
             "ds_reaper_sweep_duration_seconds", "ds_reaper_brake_engaged", "ds_reaper_leader",
-            "ds_reaper_registry_view_valid", "ds_reaper_candidates"}
+            "ds_reaper_registry_view_valid", "ds_reaper_candidates", "ds_reaper_workflow_zombies",
+            "ds_reaper_workflow_actions_total", "ds_reaper_agents"}
     shown = metric_names(" ".join(e for _, e in exprs))
     if want - shown:
         fail(f"{path}: dashboard does not show {sorted(want - shown)}")
