@@ -100,6 +100,8 @@ pub struct WorkflowSpec {
     pub priority: Option<i32>,
     pub command_param: Option<String>,
     pub start_time: NaiveDateTime,
+    /// Written where the schema has the column (2.0+).
+    pub restart_time: Option<NaiveDateTime>,
 }
 
 impl Default for WorkflowSpec {
@@ -115,6 +117,7 @@ impl Default for WorkflowSpec {
             start_time: chrono::DateTime::from_timestamp(1_700_000_000, 0)
                 .map(|t| t.naive_utc())
                 .unwrap_or_default(),
+            restart_time: None,
         }
     }
 }
@@ -132,6 +135,7 @@ pub struct TaskSpec {
     pub worker_group: String,
     pub flag: i32,
     pub project_code: i64,
+    pub end_time: Option<NaiveDateTime>,
 }
 
 impl TaskSpec {
@@ -150,6 +154,7 @@ impl TaskSpec {
             worker_group: "default".into(),
             flag: 1,
             project_code: 4_242,
+            end_time: None,
         }
     }
 }
@@ -409,6 +414,9 @@ impl SimDb {
         if self.has_column(table, "project_code") {
             c.push(("project_code", V::L(Some(4_242))));
         }
+        if self.has_column(table, "restart_time") {
+            c.push(("restart_time", V::T(w.restart_time)));
+        }
         // 3.2.x and 3.3.0 write it; 3.3.1 dropped the column
         if self.has_column(table, "test_flag") {
             c.push(("test_flag", V::I(Some(0))));
@@ -437,6 +445,7 @@ impl SimDb {
             ("start_time", V::T(t.start_time)),
             ("host", V::S(t.host.clone())),
             ("flag", V::I(Some(t.flag))),
+            ("end_time", V::T(t.end_time)),
         ];
         if line == DsLine::V1_2 {
             let id = if t.worker_group == "default" {
@@ -560,6 +569,37 @@ impl SimDb {
     /// Bulk-fills `n` task rows of workflow `wf` in `state` with `host`, fast
     /// (one `INSERT … SELECT` over a generated series). Returns (first id, last id).
     pub async fn bulk_fill(&self, wf: i64, n: u64, state: i32, host: &str) -> Result<(i64, i64)> {
+        self.bulk_tasks(n, state, host, |_| wf.to_string()).await
+    }
+
+    /// Bulk-fills `workflows * per_workflow` task rows in `state` with `host`,
+    /// `per_workflow` for each workflow from `first_workflow` on, in id order.
+    /// Returns (first id, last id).
+    pub async fn bulk_fill_spread(
+        &self,
+        first_workflow: i64,
+        workflows: u64,
+        per_workflow: u64,
+        state: i32,
+        host: &str,
+    ) -> Result<(i64, i64)> {
+        let per = per_workflow.max(1);
+        self.bulk_tasks(workflows * per, state, host, |done| {
+            // FLOOR: `/` divides exactly on MySQL
+            format!("{first_workflow} + FLOOR(({done} + s.seq - 1) / {per})")
+        })
+        .await
+    }
+
+    /// `n` task rows, their workflow id given by `fk` as an SQL expression of
+    /// the rows already inserted (`done`) and the series column `s.seq` (from 1).
+    async fn bulk_tasks(
+        &self,
+        n: u64,
+        state: i32,
+        host: &str,
+        fk: impl Fn(u64) -> String,
+    ) -> Result<(i64, i64)> {
         let line = self.line;
         let (wg_col, wg_val) = if line == DsLine::V1_2 {
             ("worker_group_id", "-1".to_string())
@@ -583,7 +623,7 @@ impl SimDb {
         let mut vals = vec![
             "'bulk'".to_string(),
             "'SHELL'".into(),
-            wf.to_string(),
+            String::new(), // the workflow id, per chunk
             state.to_string(),
             ts.into(),
             ts.into(),
@@ -604,26 +644,99 @@ impl SimDb {
         }
         let before = self.max_task_id().await?;
         let chunk = 500_000u64;
-        let mut left = n;
-        while left > 0 {
-            let k = left.min(chunk);
-            let sql = match self.kind {
-                SimKind::MySql => format!(
-                    "INSERT INTO t_ds_task_instance ({}) SELECT {} FROM seq_1_to_{k}",
-                    cols.join(", "),
-                    vals.join(", ")
-                ),
-                SimKind::Postgres => format!(
-                    "INSERT INTO t_ds_task_instance ({}) SELECT {} FROM generate_series(1, {k})",
-                    cols.join(", "),
-                    vals.join(", ")
-                ),
-            };
+        let mut done = 0;
+        while done < n {
+            let k = (n - done).min(chunk);
+            vals[2] = fk(done);
+            let sql = format!(
+                "INSERT INTO t_ds_task_instance ({}) SELECT {} FROM {}",
+                cols.join(", "),
+                vals.join(", "),
+                self.series(k)
+            );
             self.exec(&sql).await?;
-            left -= k;
+            done += k;
         }
         let after = self.max_task_id().await?;
         Ok((before + 1, after))
+    }
+
+    /// A row source of `1..=k` as column `s.seq`.
+    fn series(&self, k: u64) -> String {
+        match self.kind {
+            SimKind::MySql => format!("seq_1_to_{k} s"),
+            SimKind::Postgres => format!("generate_series(1, {k}) AS s(seq)"),
+        }
+    }
+
+    /// Bulk-fills `n` workflow instances in `state` owned by `host` (one
+    /// `INSERT … SELECT` per 500,000 rows), with the columns its line
+    /// requires and the defaults of [`WorkflowSpec`]. Returns (first id, last id).
+    pub async fn bulk_fill_workflows(&self, n: u64, state: i32, host: &str) -> Result<(i64, i64)> {
+        let line = self.line;
+        let table = line.workflow_table();
+        let w = WorkflowSpec::default();
+        let host = host.replace('\'', "");
+        let start = w.start_time.format("'%Y-%m-%d %H:%M:%S'").to_string();
+        let mut c: Vec<(&str, String)> = vec![
+            ("name", "'wf'".into()),
+            ("state", state.to_string()),
+            ("host", format!("'{host}'")),
+            ("executor_id", w.executor_id.to_string()),
+            ("run_times", "1".into()),
+            ("start_time", start),
+            ("flag", "1".into()),
+        ];
+        if line <= DsLine::V1_3 {
+            c.push(("process_definition_id", w.definition_code.to_string()));
+        } else if line == DsLine::V3_3 {
+            c.push(("workflow_definition_code", w.definition_code.to_string()));
+            c.push((
+                "workflow_definition_version",
+                w.definition_version.to_string(),
+            ));
+        } else {
+            c.push(("process_definition_code", w.definition_code.to_string()));
+            c.push((
+                "process_definition_version",
+                w.definition_version.to_string(),
+            ));
+        }
+        for (col, v) in [
+            ("tenant_id", "1"),
+            ("project_code", "4242"),
+            ("test_flag", "0"),
+        ] {
+            if self.has_column(table, col) {
+                c.push((col, v.into()));
+            }
+        }
+        let before = self.max_id(table).await?;
+        let chunk = 500_000u64;
+        let mut done = 0;
+        while done < n {
+            let k = (n - done).min(chunk);
+            let sql = format!(
+                "INSERT INTO {table} ({}) SELECT {} FROM {}",
+                c.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", "),
+                c.iter()
+                    .map(|(_, v)| v.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                self.series(k)
+            );
+            self.exec(&sql).await?;
+            done += k;
+        }
+        Ok((before + 1, self.max_id(table).await?))
+    }
+
+    async fn max_id(&self, table: &str) -> Result<i64> {
+        let sql = format!("SELECT COALESCE(MAX(id), 0) FROM {table}");
+        Ok(match &self.pool {
+            SimPool::My(p) => sqlx::query_scalar::<_, i64>(&sql).fetch_one(p).await?,
+            SimPool::Pg(p) => i64::from(sqlx::query_scalar::<_, i32>(&sql).fetch_one(p).await?),
+        })
     }
 
     pub async fn max_task_id(&self) -> Result<i64> {
