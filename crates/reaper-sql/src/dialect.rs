@@ -9,7 +9,10 @@
 //! - the conditional task write: PostgreSQL checks and updates in one
 //!   `UPDATE … FROM UNNEST … RETURNING`, MySQL has no `RETURNING` and locks,
 //!   compares and updates by id;
-//! - the id of an inserted command: `RETURNING id` / `LAST_INSERT_ID()`.
+//! - the id of an inserted command: `RETURNING id` / `LAST_INSERT_ID()`;
+//! - a filter on a set of ids in a column without an index on PostgreSQL (the
+//!   task table's workflow column): one array parameter there, lists of
+//!   placeholders on MySQL, where the column has an index.
 //!
 //! Row locks are not among them: `SELECT … FOR UPDATE` reads the same on both.
 
@@ -43,8 +46,15 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
     /// The schema the connection works in, as an SQL expression.
     const CURRENT_SCHEMA: &'static str;
 
+    /// Ids per statement of an [`in_set`](Dialect::in_set) filter.
+    const SET_CHUNK: usize;
+
     /// Writes the placeholder of the `n`-th bound value (from 1).
     fn placeholder(n: usize, out: &mut String);
+    /// `col` (an `int` column) is one of `ids`, as a `WHERE` condition: for
+    /// reads by a column that has an index on MySQL (the task table's
+    /// workflow column) and none on PostgreSQL, planned for the values bound.
+    fn in_set(q: &mut Sql<Self>, col: &str, ids: &[i64]);
     /// `expr` as text (catalog names may come back as binary strings).
     fn as_text(expr: &str) -> String;
 

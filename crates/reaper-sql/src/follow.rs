@@ -168,6 +168,163 @@ fn with_tz(
     m
 }
 
+/// What every workflow write checks first, on the row locked now: it has a
+/// state, DS is not failing it over itself, no command for it is queued and,
+/// for `recover`, no live master holds it. The state, or why not.
+fn guards(
+    line: DsLine,
+    wf_id: i64,
+    wf: &WfRow,
+    facts: &Facts,
+    recover: bool,
+) -> Result<i32, String> {
+    let Some(state) = wf.state else {
+        return Err(format!("workflow instance {wf_id} has no state"));
+    };
+    // DsLine lists FAILOVER among the non-terminal states (the workflow is
+    // not finished), but a workflow in it is in DS's own hands: neither fail
+    // nor recover may write over it (SPEC §5).
+    if failover_state(line) == Some(state) {
+        return Err(format!(
+            "workflow instance {wf_id} is in DS's own failover state {state} (FAILOVER)"
+        ));
+    }
+    if facts.queued {
+        return Err(format!(
+            "a command for workflow instance {wf_id} is already queued in t_ds_command"
+        ));
+    }
+    if recover {
+        if let Some(m) = &facts.live_owner {
+            return Err(format!(
+                "workflow instance {wf_id} is held by live master {m}; recover runs only when no live master holds it"
+            ));
+        }
+    }
+    Ok(state)
+}
+
+/// The command's type, definition and instance columns.
+fn command_head(
+    line: DsLine,
+    wf_id: i64,
+    wf: &WfRow,
+    type_code: i32,
+) -> Result<Vec<(&'static str, Val)>, String> {
+    let n = names(line);
+    let mut cols: Vec<(&'static str, Val)> = vec![("command_type", Val::I32(type_code))];
+    match n.def {
+        DefCols::Id => cols.push(("process_definition_id", Val::I64(wf.def_id.unwrap_or(0)))),
+        DefCols::Code { code, version } => {
+            let Some(c) = wf.def_code else {
+                return Err(format!("workflow instance {wf_id} has no definition code"));
+            };
+            cols.push((code, Val::I64(c)));
+            cols.push((version, Val::I64(wf.def_version.unwrap_or(0))));
+        }
+    }
+    if let Some(col) = n.cmd_instance_col {
+        cols.push((col, Val::I64(wf_id)));
+    }
+    Ok(cols)
+}
+
+/// The rest of a ≤ 3.2 command as `new Command()` (or 3.2's builder, without
+/// `start_time`) and the line's primitive fields leave it.
+fn command_tail(
+    cols: &mut Vec<(&'static str, Val)>,
+    line: DsLine,
+    wf: &WfRow,
+    start_time: bool,
+    priority: bool,
+    now: NaiveDateTime,
+) {
+    let n = names(line);
+    cols.push(("executor_id", Val::I32(wf.executor_id.unwrap_or(0) as i32)));
+    cols.push(("task_depend_type", Val::I32(TASK_POST)));
+    cols.push(("failure_strategy", Val::I32(CONTINUE)));
+    if start_time {
+        cols.push(("start_time", Val::Time(now)));
+    }
+    cols.push(("update_time", Val::Time(now)));
+    if priority {
+        cols.push((n.priority, Val::I32(wf.priority.unwrap_or(2) as i32)));
+    }
+    if line >= DsLine::V2_0 {
+        cols.push(("dry_run", Val::I32(0)));
+    }
+    if line >= DsLine::V3_2 {
+        // 3.2.x always writes it; 3.3.1+ has no such column (fit_command)
+        cols.push(("test_flag", Val::I32(wf.test_flag.unwrap_or(0) as i32)));
+    }
+    if n.wg == WorkerGroupCol::Id {
+        // 1.2.1 Command.workerGroupId is a primitive int: always inserted, 0
+        cols.push(("worker_group_id", Val::I32(0)));
+    }
+}
+
+/// DS's own master failover of one workflow instance (reference §4, §5): on
+/// ≤ 3.2 `host = 'NULL'` (1.2: `'null'`) and a RECOVER_TOLERANCE_FAULT_PROCESS
+/// command with the line's param (`ProcessInstanceId`, on 3.1+ the
+/// instance's `StartParams`, on 3.0–3.2 the schedule's time zone); on 3.3
+/// `state = 18` and command 2 with `WorkflowFailoverCommandParam`'s JSON.
+/// Used by `recover` after `fault-tolerance` (SPEC §5) and by `recover` for
+/// `workflow_master_lost` (SPEC §13). `Err` says why nothing is written.
+pub(crate) fn master_failover(
+    line: DsLine,
+    wf_id: i64,
+    wf: &WfRow,
+    facts: &Facts,
+    now: NaiveDateTime,
+) -> Result<Decision, String> {
+    let state = guards(line, wf_id, wf, facts, true)?;
+    let mut cols = command_head(line, wf_id, wf, RECOVER_TOLERANCE_FAULT_PROCESS)?;
+    if line == DsLine::V3_3 {
+        // FailoverCoordinator fails over workflows in RUNNING_EXECUTION, READY_PAUSE, READY_STOP
+        if ![1, 2, 4].contains(&state) {
+            return Err(format!(
+                "workflow instance {wf_id} is in state {state}; DS fails over only 1, 2, 4"
+            ));
+        }
+        let status = wf_status_name_33(state).unwrap_or("RUNNING_EXECUTION");
+        let param = format!(
+            "{{\"commandType\":\"RECOVER_TOLERANCE_FAULT\",\"subWorkflowInstance\":false,\"startNodes\":null,\"commandParams\":null,\"timeZone\":null,\"workflowExecutionStatus\":\"{status}\"}}"
+        );
+        cols.push(("command_param", Val::Text(param)));
+        // the builder leaves the primitive executorId at 0
+        cols.push(("executor_id", Val::I32(0)));
+        cols.push(("task_depend_type", Val::I32(TASK_POST)));
+        cols.push(("failure_strategy", Val::I32(CONTINUE)));
+        cols.push(("update_time", Val::Time(now)));
+        cols.push(("dry_run", Val::I32(0)));
+        cols.push(("test_flag", Val::I32(0)));
+        return Ok(Decision {
+            update: Some(WfUpdate::Failover { from: state }),
+            command: Some(CommandRow { cols }),
+        });
+    }
+    if !line.workflow_non_terminal_states().contains(&state) {
+        return Err(format!(
+            "workflow instance {wf_id} is in terminal state {state}"
+        ));
+    }
+    let param = recover_param(wf_id, wf, line >= DsLine::V3_1_0);
+    let param = if line >= DsLine::V3_0 {
+        with_tz(param, &facts.schedule_tz)
+    } else {
+        param
+    };
+    cols.push((
+        "command_param",
+        Val::Text(serde_json::Value::Object(param).to_string()),
+    ));
+    command_tail(&mut cols, line, wf, true, line >= DsLine::V3_1_0, now);
+    Ok(Decision {
+        update: Some(WfUpdate::NullHost { from: state }),
+        command: Some(CommandRow { cols }),
+    })
+}
+
 pub(crate) fn decide(
     line: DsLine,
     req: &FollowUpRequest,
@@ -176,36 +333,18 @@ pub(crate) fn decide(
     facts: &Facts,
     now: NaiveDateTime,
 ) -> Result<Decision, FollowUpOutcome> {
-    let skip = |why: String| Err(FollowUpOutcome::Skipped(why));
-    let Some(state) = wf.state else {
-        return skip(format!("workflow instance {wf_id} has no state"));
-    };
     let recover = req.follow_up == FollowUp::Recover;
     let after_ft = req.action == Action::FaultTolerance;
-    // DsLine lists FAILOVER among the non-terminal states (the workflow is
-    // not finished), but a workflow in it is in DS's own hands: neither fail
-    // nor recover may write over it (SPEC §5).
-    if failover_state(line) == Some(state) {
-        return skip(format!(
-            "workflow instance {wf_id} is in DS's own failover state {state} (FAILOVER)"
-        ));
+    if recover && after_ft {
+        return master_failover(line, wf_id, wf, facts, now).map_err(FollowUpOutcome::Skipped);
     }
+    let skip = |why: String| Err(FollowUpOutcome::Skipped(why));
+    let state = match guards(line, wf_id, wf, facts, recover) {
+        Ok(s) => s,
+        Err(why) => return skip(why),
+    };
     let non_terminal = line.workflow_non_terminal_states().contains(&state);
-    if facts.queued {
-        return skip(format!(
-            "a command for workflow instance {wf_id} is already queued in t_ds_command"
-        ));
-    }
-    if recover {
-        if let Some(m) = &facts.live_owner {
-            return skip(format!(
-                "workflow instance {wf_id} is held by live master {m}; recover runs only when no live master holds it"
-            ));
-        }
-    }
-    if (req.follow_up == FollowUp::Fail || (recover && !after_ft && line != DsLine::V3_3))
-        && facts.other_live > 0
-    {
+    if facts.other_live > 0 {
         return skip(format!(
             "workflow instance {wf_id} has {} other task(s) not finished",
             facts.other_live
@@ -224,86 +363,43 @@ pub(crate) fn decide(
         });
     }
 
-    // recover
-    let n = names(line);
-    let mut cols: Vec<(&'static str, Val)> = Vec::new();
-    let type_code = if after_ft {
-        RECOVER_TOLERANCE_FAULT_PROCESS
-    } else {
-        START_FAILURE_TASK_PROCESS
+    // recover after fail or kill: the "recover from failed node" path
+    let mut cols = match command_head(line, wf_id, wf, START_FAILURE_TASK_PROCESS) {
+        Ok(c) => c,
+        Err(why) => return skip(why),
     };
-    cols.push(("command_type", Val::I32(type_code)));
-    match n.def {
-        DefCols::Id => cols.push(("process_definition_id", Val::I64(wf.def_id.unwrap_or(0)))),
-        DefCols::Code { code, version } => {
-            let Some(c) = wf.def_code else {
-                return skip(format!("workflow instance {wf_id} has no definition code"));
-            };
-            cols.push((code, Val::I64(c)));
-            cols.push((version, Val::I64(wf.def_version.unwrap_or(0))));
-        }
-    }
-    if let Some(col) = n.cmd_instance_col {
-        cols.push((col, Val::I64(wf_id)));
-    }
-    let executor = wf.executor_id.unwrap_or(0);
-
-    let update;
-    if line == DsLine::V3_3 {
-        if after_ft {
-            // FailoverCoordinator fails over workflows in RUNNING_EXECUTION, READY_PAUSE, READY_STOP
-            if ![1, 2, 4].contains(&state) {
-                return skip(format!(
-                    "workflow instance {wf_id} is in state {state}; DS fails over only 1, 2, 4"
-                ));
-            }
-            let status = wf_status_name_33(state).unwrap_or("RUNNING_EXECUTION");
-            let param = format!(
-                "{{\"commandType\":\"RECOVER_TOLERANCE_FAULT\",\"subWorkflowInstance\":false,\"startNodes\":null,\"commandParams\":null,\"timeZone\":null,\"workflowExecutionStatus\":\"{status}\"}}"
-            );
-            cols.push(("command_param", Val::Text(param)));
-            // the builder leaves the primitive executorId at 0
-            cols.push(("executor_id", Val::I32(0)));
-            cols.push(("task_depend_type", Val::I32(TASK_POST)));
-            cols.push(("failure_strategy", Val::I32(CONTINUE)));
-            cols.push(("update_time", Val::Time(now)));
-            cols.push(("dry_run", Val::I32(0)));
-            cols.push(("test_flag", Val::I32(0)));
-            update = WfUpdate::Failover { from: state };
+    if !(non_terminal || state == 6) {
+        let why = if line == DsLine::V3_3 {
+            format!("workflow instance {wf_id} is in state {state}, not recoverable")
         } else {
-            if facts.other_live > 0 {
-                return skip(format!(
-                    "workflow instance {wf_id} has {} other task(s) not finished",
-                    facts.other_live
-                ));
-            }
-            if !(non_terminal || state == 6) {
-                return skip(format!(
-                    "workflow instance {wf_id} is in state {state}, not recoverable"
-                ));
-            }
-            cols.push(("executor_id", Val::I32(executor as i32)));
-            cols.push(("task_depend_type", Val::I32(TASK_POST)));
-            cols.push(("failure_strategy", Val::I32(CONTINUE)));
-            cols.push(("start_time", Val::Time(now)));
-            cols.push(("update_time", Val::Time(now)));
-            cols.push(("dry_run", Val::I32(0)));
-            cols.push(("test_flag", Val::I32(0)));
-            update = WfUpdate::Restart { from: state };
-        }
+            format!("workflow instance {wf_id} is in terminal state {state}, not FAILURE")
+        };
+        return skip(why);
+    }
+    if line == DsLine::V3_3 {
+        cols.push(("executor_id", Val::I32(wf.executor_id.unwrap_or(0) as i32)));
+        cols.push(("task_depend_type", Val::I32(TASK_POST)));
+        cols.push(("failure_strategy", Val::I32(CONTINUE)));
+        cols.push(("start_time", Val::Time(now)));
+        cols.push(("update_time", Val::Time(now)));
+        cols.push(("dry_run", Val::I32(0)));
+        cols.push(("test_flag", Val::I32(0)));
         return Ok(Decision {
-            update: Some(update),
+            update: Some(WfUpdate::Restart { from: state }),
             command: Some(CommandRow { cols }),
         });
     }
-
-    if after_ft {
-        if !non_terminal {
-            return skip(format!(
-                "workflow instance {wf_id} is in terminal state {state}"
+    // "recover from failed node" needs the workflow in FAILURE; fail it first
+    if line == DsLine::V3_2 {
+        if let Some(tz) = &facts.schedule_tz {
+            let m = with_tz(serde_json::Map::new(), &Some(tz.clone()));
+            cols.push((
+                "command_param",
+                Val::Text(serde_json::Value::Object(m).to_string()),
             ));
         }
-        let param = recover_param(wf_id, wf, line >= DsLine::V3_1_0);
+    } else {
+        let param = recover_param(wf_id, wf, false);
         let param = if line >= DsLine::V3_0 {
             with_tz(param, &facts.schedule_tz)
         } else {
@@ -313,69 +409,12 @@ pub(crate) fn decide(
             "command_param",
             Val::Text(serde_json::Value::Object(param).to_string()),
         ));
-        update = WfUpdate::NullHost { from: state };
-    } else {
-        // "recover from failed node" needs the workflow in FAILURE; fail it first
-        if !(non_terminal || state == 6) {
-            return skip(format!(
-                "workflow instance {wf_id} is in terminal state {state}, not FAILURE"
-            ));
-        }
-        if line == DsLine::V3_2 {
-            if let Some(tz) = &facts.schedule_tz {
-                let m = with_tz(serde_json::Map::new(), &Some(tz.clone()));
-                cols.push((
-                    "command_param",
-                    Val::Text(serde_json::Value::Object(m).to_string()),
-                ));
-            }
-        } else {
-            let param = recover_param(wf_id, wf, false);
-            let param = if line >= DsLine::V3_0 {
-                with_tz(param, &facts.schedule_tz)
-            } else {
-                param
-            };
-            cols.push((
-                "command_param",
-                Val::Text(serde_json::Value::Object(param).to_string()),
-            ));
-        }
-        update = if state == 6 {
-            // already FAILURE: nothing to write on the workflow
-            WfUpdate::Fail { from: -1 }
-        } else {
-            WfUpdate::Fail { from: state }
-        };
     }
-    cols.push(("executor_id", Val::I32(executor as i32)));
-    cols.push(("task_depend_type", Val::I32(TASK_POST)));
-    cols.push(("failure_strategy", Val::I32(CONTINUE)));
-    let builder_3_2 = line == DsLine::V3_2 && !after_ft;
-    if !builder_3_2 {
-        cols.push(("start_time", Val::Time(now)));
-    }
-    cols.push(("update_time", Val::Time(now)));
-    if after_ft && line >= DsLine::V3_1_0 {
-        cols.push((n.priority, Val::I32(wf.priority.unwrap_or(2) as i32)));
-    }
-    if line >= DsLine::V2_0 {
-        cols.push(("dry_run", Val::I32(0)));
-    }
-    if line >= DsLine::V3_2 {
-        // 3.2.x always writes it; 3.3.1+ has no such column (fit_command)
-        cols.push(("test_flag", Val::I32(wf.test_flag.unwrap_or(0) as i32)));
-    }
-    if n.wg == WorkerGroupCol::Id {
-        // 1.2.1 Command.workerGroupId is a primitive int: always inserted, 0
-        cols.push(("worker_group_id", Val::I32(0)));
-    }
-    let update = match update {
-        WfUpdate::Fail { from: -1 } => None,
-        u => Some(u),
-    };
+    // 3.2.2's FailureRecoveryExecuteFunction is a builder: no start_time
+    command_tail(&mut cols, line, wf, line != DsLine::V3_2, false, now);
     Ok(Decision {
-        update,
+        // already FAILURE: nothing to write on the workflow
+        update: (state != 6).then_some(WfUpdate::Fail { from: state }),
         command: Some(CommandRow { cols }),
     })
 }

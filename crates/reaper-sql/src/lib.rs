@@ -72,6 +72,7 @@ mod settings;
 mod sql;
 mod stmt;
 mod store;
+mod workflow;
 mod write;
 
 use dialect::{Conn, Dialect};
@@ -90,9 +91,10 @@ pub use error::{SqlError, TimeoutSide};
 pub use follow::{CommandRow, Val};
 pub use settings::{redact_url, DbKind, DbSettings};
 pub use store::SqlStore;
+pub use workflow::{WorkflowCursor, WorkflowCursorStats};
 // The domain types at the seam live in the core, with the port they serve.
 pub use reaper_core::ports::{
-    FollowUpOutcome, FollowUpRequest, SchemaInfo, TaskRow, TaskWrite, WriteOutcome,
+    FollowUpOutcome, FollowUpRequest, SchemaInfo, TaskRow, TaskWrite, WorkflowOutcome, WriteOutcome,
 };
 
 /// Rows per page of a keyset-paged read.

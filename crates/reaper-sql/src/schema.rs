@@ -183,6 +183,13 @@ impl Catalog {
         self.require(n.wf_table, &["id", "host", "state"])
     }
 
+    /// What workflow candidate reads select (SPEC §13), for `line`.
+    pub fn require_workflow_reads(&self, line: DsLine) -> Result<(), SqlError> {
+        let n = names(line);
+        self.require(n.wf_table, &["id", "name", "state", "host", "start_time"])?;
+        self.require(TASK, &["id", "state", "flag", "host", "end_time", n.fk])
+    }
+
     /// Everything a task write and a workflow follow-up compare or write
     /// unconditionally, for `line`: checked before the first write, so that a
     /// schema the adapter does not understand stops it before the task write

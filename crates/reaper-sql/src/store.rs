@@ -1,13 +1,15 @@
 //! The engine's [`TaskStore`] port on DS's database: a [`Db`] plus the
-//! incremental sweep's cursor, which the store keeps.
+//! incremental sweeps' cursors (tasks, workflows), which the store keeps.
 
 use crate::cursor::{CursorStats, SweepCursor};
+use crate::workflow::{WorkflowCursor, WorkflowCursorStats};
 use crate::Db;
 use reaper_core::ports::{
     BoxFuture, FollowUpOutcome, FollowUpRequest, LiveMaster, PortError, Scan, SchemaInfo, TaskRow,
-    TaskStore, TaskWrite, WriteOutcome,
+    TaskStore, TaskWrite, WorkflowOutcome, WriteOutcome,
 };
-use reaper_core::{Candidate, DsLine};
+use reaper_core::workflow::WorkflowCandidate;
+use reaper_core::{Candidate, DsLine, Instant};
 use tokio::sync::Mutex;
 
 /// DS's database as the engine's [`TaskStore`].
@@ -17,10 +19,15 @@ use tokio::sync::Mutex;
 /// cursor, which is held for the whole read: sweeps never interleave on it,
 /// and a read that fails leaves it as it was. `scan_once` is a full scan on a
 /// fresh cursor (`check`), leaving the sweep's alone.
+///
+/// `workflow_candidates` works the same way on a cursor of its own
+/// ([`WorkflowCursor`]): [`Db::workflow_incremental`] or
+/// [`Db::workflow_full_scan`].
 #[derive(Debug)]
 pub struct SqlStore {
     db: Db,
     cursor: Mutex<SweepCursor>,
+    wf_cursor: Mutex<WorkflowCursor>,
 }
 
 impl SqlStore {
@@ -34,6 +41,7 @@ impl SqlStore {
         SqlStore {
             db,
             cursor: Mutex::new(cursor),
+            wf_cursor: Mutex::new(WorkflowCursor::new()),
         }
     }
 
@@ -56,6 +64,21 @@ impl SqlStore {
     /// Replaces the sweep cursor, returning the previous one.
     pub async fn set_cursor(&self, cursor: SweepCursor) -> SweepCursor {
         std::mem::replace(&mut *self.cursor.lock().await, cursor)
+    }
+
+    /// The workflow sweep cursor's figures (waits for a sweep in progress).
+    pub async fn workflow_cursor_stats(&self) -> WorkflowCursorStats {
+        self.wf_cursor.lock().await.stats()
+    }
+
+    /// A copy of the workflow sweep cursor (waits for a sweep in progress).
+    pub async fn workflow_cursor(&self) -> WorkflowCursor {
+        self.wf_cursor.lock().await.clone()
+    }
+
+    /// Replaces the workflow sweep cursor, returning the previous one.
+    pub async fn set_workflow_cursor(&self, cursor: WorkflowCursor) -> WorkflowCursor {
+        std::mem::replace(&mut *self.wf_cursor.lock().await, cursor)
     }
 }
 
@@ -118,5 +141,55 @@ impl TaskStore for SqlStore {
 
     fn rows_skipped(&self) -> Vec<(String, u64)> {
         self.db.rows_skipped()
+    }
+
+    fn workflow_candidates<'a>(
+        &'a self,
+        line: DsLine,
+        states: &'a [i32],
+        task_states: &'a [i32],
+        scan: Scan,
+    ) -> BoxFuture<'a, Result<Vec<WorkflowCandidate>, PortError>> {
+        Box::pin(async move {
+            // a read that fails leaves the cursor as it was
+            let mut cursor = self.wf_cursor.lock().await;
+            let found = match scan {
+                Scan::Incremental => {
+                    self.db
+                        .workflow_incremental(line, states, task_states, &mut cursor)
+                        .await?
+                }
+                Scan::Full => {
+                    self.db
+                        .workflow_full_scan(line, states, task_states, &mut cursor)
+                        .await?
+                }
+            };
+            Ok(found)
+        })
+    }
+
+    fn workflow<'a>(
+        &'a self,
+        line: DsLine,
+        id: i64,
+        task_states: &'a [i32],
+    ) -> BoxFuture<'a, Result<Option<WorkflowCandidate>, PortError>> {
+        Box::pin(async move { Ok(self.db.workflow(line, id, task_states).await?) })
+    }
+
+    fn recover_workflow<'a>(
+        &'a self,
+        line: DsLine,
+        seen: &'a WorkflowCandidate,
+        now: Instant,
+        live_master: LiveMaster<'a>,
+    ) -> BoxFuture<'a, Result<WorkflowOutcome, PortError>> {
+        Box::pin(async move {
+            Ok(self
+                .db
+                .recover_workflow(line, seen, now, live_master)
+                .await?)
+        })
     }
 }

@@ -55,8 +55,21 @@ impl Dialect for MySql {
     const NULL_SAFE_EQ: &'static str = "<=>";
     const CURRENT_SCHEMA: &'static str = "DATABASE()";
 
+    const SET_CHUNK: usize = crate::ID_BATCH;
+
     fn placeholder(_n: usize, out: &mut String) {
         out.push('?');
+    }
+
+    /// A list of placeholders: the column's index serves each value.
+    fn in_set(q: &mut Sql<Self>, col: &str, ids: &[i64]) {
+        if ids.is_empty() {
+            q.push("1 = 0");
+            return;
+        }
+        q.push(col).push(" IN (").bind_list(ids.iter()).push(")");
+        // its placeholder count varies
+        q.one_off();
     }
 
     fn as_text(expr: &str) -> String {

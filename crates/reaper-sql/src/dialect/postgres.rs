@@ -39,9 +39,27 @@ impl Dialect for Postgres {
     const NULL_SAFE_EQ: &'static str = "IS NOT DISTINCT FROM";
     const CURRENT_SCHEMA: &'static str = "current_schema()";
 
+    /// One array parameter holds any number of ids.
+    const SET_CHUNK: usize = 100_000;
+
     fn placeholder(n: usize, out: &mut String) {
         out.push('$');
         out.push_str(&n.to_string());
+    }
+
+    /// `col = ANY($n::int4[])`, planned for the array bound (an unnamed
+    /// statement is planned with its values, never generically): PostgreSQL
+    /// hashes a constant array's values, so the scan the missing index forces
+    /// checks each row once, and may run in parallel. An `int8[]` against an
+    /// `int4` column is not hashed (a linear search per row, ~30x slower on
+    /// 5M rows); ids beyond `int4` cannot be in the column and are left out.
+    fn in_set(q: &mut Sql<Self>, col: &str, ids: &[i64]) {
+        let ids: Vec<i32> = ids.iter().filter_map(|&i| i32::try_from(i).ok()).collect();
+        q.push(col)
+            .push(" = ANY(")
+            .bind(Arg::I32s(ids))
+            .push("::int4[])");
+        q.one_off();
     }
 
     fn as_text(expr: &str) -> String {

@@ -1,12 +1,20 @@
 //! The follow-up's transaction, for both dialects: lock and re-read the
-//! workflow row, gather the facts, decide ([`super::decide`]), write.
+//! workflow row, gather the facts, decide ([`super::decide`]), write. The
+//! steps are shared with `recover` for `workflow_master_lost`
+//! ([`recover_workflow`]), which writes the same master-failover rows.
 
-use super::{decide, fit_command, live_owner, param_names_instance, Facts, WfRow, WfUpdate};
+use super::{
+    decide, failover_state, fit_command, live_owner, master_failover, param_names_instance,
+    Decision, Facts, WfRow, WfUpdate,
+};
 use crate::dialect::{Conn, Dialect};
 use crate::schema::{finished_list, names, Catalog, DefCols, COMMAND, SCHEDULES, TASK};
 use crate::sql::{Arg, Sql};
 use crate::{FollowUpOutcome, FollowUpRequest, SqlError};
-use reaper_core::{DsLine, FollowUp, Zone};
+use chrono::NaiveDateTime;
+use reaper_core::ports::WorkflowOutcome;
+use reaper_core::workflow::WorkflowCandidate;
+use reaper_core::{Action, DsLine, FollowUp, Instant, Zone};
 use sqlx::Connection;
 
 /// Locks the workflow row and decides on what it holds now (SPEC §4.9):
@@ -21,10 +29,163 @@ pub(crate) async fn follow_up<D: Dialect>(
     wf_id: i64,
     live_master: &(dyn Fn(&str) -> bool + Send + Sync),
 ) -> Result<FollowUpOutcome, SqlError> {
-    let n = names(line);
-    let wf_t = n.wf_table;
     let now = zone.to_naive(req.now);
     let mut tx = c.begin().await?;
+    let Some(wf) = lock_workflow::<D>(&mut *tx, line, cat, wf_id).await? else {
+        return Ok(FollowUpOutcome::Skipped(format!(
+            "workflow instance {wf_id} not found"
+        )));
+    };
+    let recover = req.follow_up == FollowUp::Recover;
+    // Only `fail` and recover after fail/kill wait for the other tasks; DS's
+    // master failover (recover after fault-tolerance) has no such condition.
+    let other_live =
+        if req.follow_up == FollowUp::Fail || (recover && req.action != Action::FaultTolerance) {
+            let n = names(line);
+            let mut q = Sql::<D>::new(format!("SELECT COUNT(*) FROM {TASK} WHERE {} = ", n.fk));
+            q.bind(wf_id)
+                .push(" AND id <> ")
+                .bind(req.task.id)
+                .push(" AND flag = 1 AND state NOT IN (")
+                .push(&finished_list())
+                .push(")");
+            count(q, &mut *tx).await?
+        } else {
+            0
+        };
+    // `fail` must not run while a command for the workflow is queued either
+    // (SPEC §5): the master that takes the command would run a failed workflow.
+    let facts = Facts {
+        other_live,
+        queued: queued::<D>(&mut *tx, line, wf_id).await?,
+        schedule_tz: if recover {
+            schedule_tz::<D>(&mut *tx, line, cat, &wf).await?
+        } else {
+            None
+        },
+        live_owner: if recover {
+            live_owner(wf.host.as_deref(), live_master)
+        } else {
+            None
+        },
+    };
+    let d = match decide(line, req, wf_id, &wf, &facts, now) {
+        Ok(d) => d,
+        Err(skip) => return Ok(skip),
+    };
+    match apply::<D>(&mut *tx, line, cat, wf_id, &wf, d, now).await? {
+        Applied::Done {
+            workflow_state,
+            command_type,
+            command_id,
+        } => {
+            tx.commit().await?;
+            Ok(FollowUpOutcome::Done {
+                workflow_state,
+                command_type,
+                command_id,
+            })
+        }
+        Applied::Unmatched(from) => {
+            tx.rollback().await?;
+            Ok(FollowUpOutcome::Skipped(format!(
+                "lost race: workflow instance {wf_id} is no longer in state {from} with host {:?}; nothing written",
+                wf.host
+            )))
+        }
+    }
+}
+
+/// `recover` for `workflow_master_lost` (SPEC §13): DS's own master failover
+/// of the workflow instance, in one transaction. The row is locked and read
+/// again: a state or host other than `seen`'s is a lost race; a host that is
+/// NULL, `'NULL'` or empty is already DS's; a live master (asked under the
+/// lock) or a queued command means nothing is written; otherwise the line's
+/// master-failover rows ([`master_failover`]), the update conditional on the
+/// state and host seen.
+pub(crate) async fn recover_workflow<D: Dialect>(
+    c: &mut Conn<D>,
+    line: DsLine,
+    cat: &Catalog,
+    zone: Zone,
+    seen: &WorkflowCandidate,
+    now: Instant,
+    live_master: &(dyn Fn(&str) -> bool + Send + Sync),
+) -> Result<WorkflowOutcome, SqlError> {
+    let wf_id = seen.id;
+    let now = zone.to_naive(now);
+    let mut tx = c.begin().await?;
+    // Every early return below drops `tx`, which rolls it back: nothing was written.
+    let Some(wf) = lock_workflow::<D>(&mut *tx, line, cat, wf_id).await? else {
+        return Ok(WorkflowOutcome::LostRace(format!(
+            "workflow instance {wf_id} no longer exists; nothing written"
+        )));
+    };
+    if wf.state != Some(seen.state) || wf.host != seen.host {
+        return Ok(WorkflowOutcome::LostRace(format!(
+            "workflow instance {wf_id} changed since it was read (state {} -> {}, host {:?} -> {:?}); nothing written",
+            seen.state,
+            wf.state.map_or("NULL".to_string(), |s| s.to_string()),
+            seen.host,
+            wf.host
+        )));
+    }
+    if reaper_core::host::is_empty(wf.host.as_deref()) {
+        return Ok(WorkflowOutcome::Skipped(format!(
+            "workflow instance {wf_id} has host {:?}: DS's own failover already holds it",
+            wf.host
+        )));
+    }
+    // A workflow in DS's own FAILOVER state (3.3) is DS's whoever its host
+    // is: the owner is not asked about (master_failover says why not).
+    let in_failover = wf.state.is_some() && failover_state(line) == wf.state;
+    let facts = Facts {
+        other_live: 0,
+        queued: queued::<D>(&mut *tx, line, wf_id).await?,
+        schedule_tz: schedule_tz::<D>(&mut *tx, line, cat, &wf).await?,
+        live_owner: if in_failover {
+            None
+        } else {
+            live_owner(wf.host.as_deref(), live_master)
+        },
+    };
+    let d = match master_failover(line, wf_id, &wf, &facts, now) {
+        Ok(d) => d,
+        Err(why) => return Ok(WorkflowOutcome::Skipped(why)),
+    };
+    match apply::<D>(&mut *tx, line, cat, wf_id, &wf, d, now).await? {
+        Applied::Done {
+            workflow_state,
+            command_type,
+            command_id,
+        } => {
+            tx.commit().await?;
+            Ok(WorkflowOutcome::Done {
+                workflow_state,
+                command_type: command_type.unwrap_or(super::RECOVER_TOLERANCE_FAULT_PROCESS),
+                command_id,
+            })
+        }
+        Applied::Unmatched(from) => {
+            tx.rollback().await?;
+            Ok(WorkflowOutcome::LostRace(format!(
+                "workflow instance {wf_id} is no longer in state {from} with host {:?}; nothing written",
+                wf.host
+            )))
+        }
+    }
+}
+
+/// `SELECT … FOR UPDATE` of the workflow row: what a decision and the
+/// command need. `None` when the row is gone.
+async fn lock_workflow<D: Dialect>(
+    c: &mut Conn<D>,
+    line: DsLine,
+    cat: &Catalog,
+    wf_id: i64,
+) -> Result<Option<WfRow>, SqlError> {
+    let n = names(line);
+    let wf_t = n.wf_table;
     let def_sel = match n.def {
         DefCols::Id => "process_definition_id, NULL, NULL".to_string(),
         DefCols::Code { code, version } => format!("NULL, {code}, {version}"),
@@ -40,12 +201,10 @@ pub(crate) async fn follow_up<D: Dialect>(
         "SELECT state, executor_id, {def_sel}, {prio}, {tf}, {cp}, host FROM {wf_t} WHERE id = "
     ));
     q.bind(wf_id).push(" FOR UPDATE");
-    let Some(r) = q.fetch_optional(&mut *tx).await? else {
-        return Ok(FollowUpOutcome::Skipped(format!(
-            "workflow instance {wf_id} not found"
-        )));
+    let Some(r) = q.fetch_optional(c).await? else {
+        return Ok(None);
     };
-    let wf = WfRow {
+    Ok(Some(WfRow {
         state: D::int(&r, 0)?.map(|s| s as i32),
         executor_id: D::int(&r, 1)?,
         def_id: D::int(&r, 2)?,
@@ -55,38 +214,39 @@ pub(crate) async fn follow_up<D: Dialect>(
         test_flag: D::int(&r, 6)?,
         command_param: D::text(&r, 7)?,
         host: D::text(&r, 8)?,
-    };
+    }))
+}
 
-    let mut q = Sql::<D>::new(format!("SELECT COUNT(*) FROM {TASK} WHERE {} = ", n.fk));
-    q.bind(wf_id)
-        .push(" AND id <> ")
-        .bind(req.task.id)
-        .push(" AND flag = 1 AND state NOT IN (")
-        .push(&finished_list())
-        .push(")");
-    let other_live = count(q, &mut *tx).await?;
-    let recover = req.follow_up == FollowUp::Recover;
-    // `fail` must not run while a command for the workflow is queued either
-    // (SPEC §5): the master that takes the command would run a failed workflow.
-    let queued = if let Some(col) = n.cmd_instance_col {
+/// Whether a command for the workflow instance is queued in `t_ds_command`
+/// (2.0+ by its instance column, ≤ 1.3 by the `ProcessInstanceId` in the param).
+async fn queued<D: Dialect>(c: &mut Conn<D>, line: DsLine, wf_id: i64) -> Result<bool, SqlError> {
+    if let Some(col) = names(line).cmd_instance_col {
         let mut q = Sql::<D>::new(format!("SELECT COUNT(*) FROM {COMMAND} WHERE {col} = "));
         q.bind(wf_id);
-        count(q, &mut *tx).await? > 0
-    } else {
-        let q = Sql::<D>::new(format!(
-            "SELECT command_param FROM {COMMAND} WHERE command_param LIKE '%ProcessInstanceId%'"
-        ));
-        let mut queued = false;
-        for r in q.fetch_all(&mut *tx).await? {
-            if D::text(&r, 0)?.is_some_and(|p| param_names_instance(&p, wf_id)) {
-                queued = true;
-            }
+        return Ok(count(q, c).await? > 0);
+    }
+    let q = Sql::<D>::new(format!(
+        "SELECT command_param FROM {COMMAND} WHERE command_param LIKE '%ProcessInstanceId%'"
+    ));
+    for r in q.fetch_all(c).await? {
+        if D::text(&r, 0)?.is_some_and(|p| param_names_instance(&p, wf_id)) {
+            return Ok(true);
         }
-        queued
-    };
-    let schedule_tz = match (recover, n.def, line, wf.def_code) {
+    }
+    Ok(false)
+}
+
+/// `t_ds_schedules.timezone_id` of the workflow's definition, on the lines
+/// whose commands carry it (3.0–3.2).
+async fn schedule_tz<D: Dialect>(
+    c: &mut Conn<D>,
+    line: DsLine,
+    cat: &Catalog,
+    wf: &WfRow,
+) -> Result<Option<String>, SqlError> {
+    let n = names(line);
+    match (n.def, line, wf.def_code) {
         (
-            true,
             DefCols::Code { .. },
             DsLine::V3_0 | DsLine::V3_1_0 | DsLine::V3_1 | DsLine::V3_2,
             Some(code),
@@ -95,28 +255,40 @@ pub(crate) async fn follow_up<D: Dialect>(
                 "SELECT timezone_id FROM {SCHEDULES} WHERE process_definition_code = "
             ));
             q.bind(code).push(" LIMIT 1");
-            match q.fetch_optional(&mut *tx).await? {
+            Ok(match q.fetch_optional(c).await? {
                 Some(r) => D::text(&r, 0)?,
                 None => None,
-            }
+            })
         }
-        _ => None,
-    };
-    let facts = Facts {
-        other_live,
-        queued,
-        schedule_tz,
-        live_owner: if recover {
-            live_owner(wf.host.as_deref(), live_master)
-        } else {
-            None
-        },
-    };
-    let d = match decide(line, req, wf_id, &wf, &facts, now) {
-        Ok(d) => d,
-        Err(skip) => return Ok(skip),
-    };
+        _ => Ok(None),
+    }
+}
 
+/// What [`apply`] wrote.
+enum Applied {
+    Done {
+        workflow_state: Option<i32>,
+        command_type: Option<i32>,
+        command_id: Option<i64>,
+    },
+    /// The conditional workflow update matched no row (it was in this
+    /// state): the caller rolls back.
+    Unmatched(i32),
+}
+
+/// Writes a decision inside the caller's transaction: the workflow update,
+/// conditional on the state and host `wf` holds, then the command.
+async fn apply<D: Dialect>(
+    c: &mut Conn<D>,
+    line: DsLine,
+    cat: &Catalog,
+    wf_id: i64,
+    wf: &WfRow,
+    d: Decision,
+    now: NaiveDateTime,
+) -> Result<Applied, SqlError> {
+    let n = names(line);
+    let wf_t = n.wf_table;
     let mut workflow_state = None;
     if let Some(u) = &d.update {
         let mut q = Sql::<D>::new(format!("UPDATE {wf_t} SET "));
@@ -153,12 +325,8 @@ pub(crate) async fn follow_up<D: Dialect>(
             .push(D::NULL_SAFE_EQ)
             .push(" ")
             .bind(wf.host.clone());
-        if q.execute(&mut *tx).await? == 0 {
-            tx.rollback().await?;
-            return Ok(FollowUpOutcome::Skipped(format!(
-                "lost race: workflow instance {wf_id} is no longer in state {from} with host {:?}; nothing written",
-                wf.host
-            )));
+        if q.execute(&mut *c).await? == 0 {
+            return Ok(Applied::Unmatched(from));
         }
         workflow_state = u.new_state();
     }
@@ -173,11 +341,10 @@ pub(crate) async fn follow_up<D: Dialect>(
         ));
         q.bind_list(cmd.cols.iter().map(|(_, v)| Arg::from(v)))
             .push(")");
-        command_id = Some(q.insert(&mut *tx).await?);
+        command_id = Some(q.insert(&mut *c).await?);
         command_type = cmd.command_type();
     }
-    tx.commit().await?;
-    Ok(FollowUpOutcome::Done {
+    Ok(Applied::Done {
         workflow_state,
         command_type,
         command_id,

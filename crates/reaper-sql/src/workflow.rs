@@ -1,0 +1,362 @@
+//! Workflow instances that cannot progress (SPEC §13), the database side:
+//! candidates read like task candidates (a cheap incremental sweep and full
+//! scans), each with a summary of its task rows; one workflow by id; and
+//! `recover`, DS's own master failover of one workflow instance.
+//!
+//! The summaries never cost a query per workflow: one grouped statement per
+//! chunk of workflow ids ([`Dialect::in_set`]). A full scan summarises every
+//! tracked workflow's task rows — on PostgreSQL, whose task table has no
+//! index on its workflow column, that is one scan of the task table — and an
+//! incremental sweep reads only the task rows above the cursor's task bound
+//! plus the live ones it knew, by id ([`WorkflowCursor`]).
+
+mod cursor;
+mod stmt;
+
+pub use cursor::{WorkflowCursor, WorkflowCursorStats};
+
+use crate::dialect::Dialect;
+use crate::read::BadRow;
+use crate::schema::Catalog;
+use crate::{Db, SqlError, ID_BATCH, PAGE};
+use cursor::{candidate, recheck, summarise, tracked_states, SumRow, Summary};
+use reaper_core::ports::WorkflowOutcome;
+use reaper_core::workflow::WorkflowCandidate;
+use reaper_core::{DsLine, Instant};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use stmt::WfPage;
+
+/// Workflow rows read by a sweep, sorted into what the cursor tracks.
+#[derive(Default)]
+struct Sorted {
+    /// Candidates (state in `states`) and the other non-terminal rows.
+    rows: Vec<WorkflowCandidate>,
+    known: BTreeSet<i64>,
+    pending: BTreeSet<i64>,
+}
+
+fn sort_rows(rows: Vec<WorkflowCandidate>, states: &[i32], tracked: &[i32], out: &mut Sorted) {
+    for w in rows {
+        if states.contains(&w.state) {
+            out.known.insert(w.id);
+        } else if tracked.contains(&w.state) {
+            out.pending.insert(w.id);
+        } else {
+            continue;
+        }
+        out.rows.push(w);
+    }
+}
+
+impl Db {
+    async fn wf_tops(&self, line: DsLine) -> Result<(Option<i64>, Option<i64>), SqlError> {
+        with_conn!(self, "reading the top task and workflow ids", |c: D| {
+            stmt::tops::<D>(c, line)
+        })
+    }
+
+    async fn wf_page(
+        &self,
+        line: DsLine,
+        cat: &Catalog,
+        tracked: &[i32],
+        after: i64,
+    ) -> Result<WfPage, SqlError> {
+        let zone = self.zone;
+        let page = with_conn!(self, "reading a page of workflow rows", |c: D| {
+            stmt::page::<D>(c, line, cat, zone, tracked, after)
+        })?;
+        self.note_skipped(line.workflow_table(), &page.bad);
+        Ok(page)
+    }
+
+    async fn wf_by_ids(
+        &self,
+        line: DsLine,
+        cat: &Catalog,
+        tracked: &[i32],
+        ids: &[i64],
+    ) -> Result<(Vec<WorkflowCandidate>, BTreeSet<i64>), SqlError> {
+        let zone = self.zone;
+        let mut rows = Vec::new();
+        let mut bad = BTreeSet::new();
+        for chunk in ids.chunks(ID_BATCH) {
+            let page = with_conn!(self, "reading workflow rows by id", |c: D| {
+                stmt::by_ids::<D>(c, line, cat, zone, tracked, chunk)
+            })?;
+            self.note_skipped(line.workflow_table(), &page.bad);
+            rows.extend(page.rows);
+            bad.extend(page.bad.iter().filter(|b| b.may_be_live).map(|b| b.id));
+        }
+        Ok((rows, bad))
+    }
+
+    /// Keyset-paged read of workflow rows in `tracked` states above `after`:
+    /// every page counts the rows it returned, decodable or not, so one bad
+    /// row neither ends the read early nor hides the rows after it.
+    async fn wf_scan_above(
+        &self,
+        line: DsLine,
+        cat: &Catalog,
+        tracked: &[i32],
+        mut after: i64,
+    ) -> Result<(Vec<WorkflowCandidate>, BTreeSet<i64>), SqlError> {
+        let mut rows = Vec::new();
+        let mut bad = BTreeSet::new();
+        loop {
+            let page = self.wf_page(line, cat, tracked, after).await?;
+            rows.extend(page.rows);
+            bad.extend(page.bad.iter().filter(|b| b.may_be_live).map(|b| b.id));
+            match page.last_id {
+                Some(id) => after = id,
+                None => break,
+            }
+            if (page.raw as i64) < PAGE {
+                break;
+            }
+        }
+        Ok((rows, bad))
+    }
+
+    /// The grouped task rows of workflows `wfs` (above task id `above`), in
+    /// chunks of the dialect's set size.
+    async fn summary_rows(
+        &self,
+        line: DsLine,
+        wfs: &[i64],
+        above: Option<i64>,
+    ) -> Result<Vec<SumRow>, SqlError> {
+        let chunk = match self.pool {
+            crate::Pool::My(_) => <crate::dialect::MySql as Dialect>::SET_CHUNK,
+            crate::Pool::Pg(_) => <crate::dialect::Postgres as Dialect>::SET_CHUNK,
+        };
+        let mut out = Vec::new();
+        for ids in wfs.chunks(chunk) {
+            out.extend(with_conn!(
+                self,
+                "reading the task rows of workflows",
+                |c: D| { stmt::summary_rows::<D>(c, line, ids, above) }
+            )?);
+        }
+        Ok(out)
+    }
+
+    async fn tasks_by_id(&self, line: DsLine, ids: &[i64]) -> Result<Vec<SumRow>, SqlError> {
+        let mut out = Vec::new();
+        for chunk in ids.chunks(ID_BATCH) {
+            out.extend(with_conn!(
+                self,
+                "reading live task rows of workflows by id",
+                |c: D| { stmt::tasks_by_id::<D>(c, line, chunk) }
+            )?);
+        }
+        Ok(out)
+    }
+
+    /// Workflows whose task rows could not be summarised: skipped this
+    /// sweep, logged and counted once (under the workflow table), still tracked.
+    fn note_bad_summaries(&self, line: DsLine, bad: &[(i64, String)]) {
+        let rows: Vec<BadRow> = bad
+            .iter()
+            .map(|(id, why)| BadRow {
+                id: *id,
+                may_be_live: true,
+                error: why.clone(),
+            })
+            .collect();
+        self.note_skipped(line.workflow_table(), &rows);
+    }
+
+    /// The candidates of a sweep from its sorted rows and their summaries.
+    fn wf_candidates(
+        sorted: Sorted,
+        states: &[i32],
+        task_states: &[i32],
+        summaries: &HashMap<i64, Summary>,
+        zone: reaper_core::Zone,
+    ) -> Vec<WorkflowCandidate> {
+        let mut out: Vec<WorkflowCandidate> = sorted
+            .rows
+            .into_iter()
+            .filter(|w| states.contains(&w.state))
+            .filter_map(|w| {
+                let s = summaries.get(&w.id)?;
+                Some(candidate(w, s, task_states, zone))
+            })
+            .collect();
+        out.sort_by_key(|w| w.id);
+        out.dedup_by_key(|w| w.id);
+        out
+    }
+
+    /// Full scan of the line's workflow table, keyset-paged on id: rows in
+    /// the line's non-terminal states or in `states` (the candidates), each
+    /// candidate with a summary of its task rows (`task_states` name the live
+    /// ones whose hosts it lists). Resets the cursor's knowledge.
+    pub async fn workflow_full_scan(
+        &self,
+        line: DsLine,
+        states: &[i32],
+        task_states: &[i32],
+        cursor: &mut WorkflowCursor,
+    ) -> Result<Vec<WorkflowCandidate>, SqlError> {
+        if states.is_empty() {
+            return Err(SqlError::Invalid("no workflow states to scan".into()));
+        }
+        let cat = self.catalog().await?;
+        cat.require_workflow_reads(line)?;
+        let tracked = tracked_states(line, states);
+        let (tops, (rows, bad)) = tokio::try_join!(
+            self.wf_tops(line),
+            self.wf_scan_above(line, &cat, &tracked, 0)
+        )?;
+        let mut sorted = Sorted::default();
+        sort_rows(rows, states, &tracked, &mut sorted);
+        let ids: Vec<i64> = sorted.rows.iter().map(|w| w.id).collect();
+        let sums = self.summary_rows(line, &ids, None).await?;
+        let (summaries, bad_sums) = summarise(&ids, sums, None);
+        self.note_bad_summaries(line, &bad_sums);
+        let (known, pending) = (
+            std::mem::take(&mut sorted.known),
+            std::mem::take(&mut sorted.pending),
+        );
+        let out = Self::wf_candidates(sorted, states, task_states, &summaries, self.zone);
+        cursor.replace(known, pending, bad, tops.1, tops.0, summaries);
+        Ok(out)
+    }
+
+    /// Cheap sweep: workflow rows above the cursor's low-water mark by
+    /// primary-key range plus the older ones it tracks (by id); their task
+    /// rows above the cursor's task bound plus the live tasks it knew (by
+    /// id), and all the task rows of a workflow it tracks without a summary.
+    /// A cursor that never swept does a full scan.
+    pub async fn workflow_incremental(
+        &self,
+        line: DsLine,
+        states: &[i32],
+        task_states: &[i32],
+        cursor: &mut WorkflowCursor,
+    ) -> Result<Vec<WorkflowCandidate>, SqlError> {
+        let Some(mark) = cursor.ids.low_water() else {
+            return self
+                .workflow_full_scan(line, states, task_states, cursor)
+                .await;
+        };
+        if states.is_empty() {
+            return Err(SqlError::Invalid("no workflow states to scan".into()));
+        }
+        let cat = self.catalog().await?;
+        cat.require_workflow_reads(line)?;
+        let tracked = tracked_states(line, states);
+        let old = cursor.ids.old_tracked();
+        let (tops, (range_rows, mut bad), (old_rows, bad_old)) = tokio::try_join!(
+            self.wf_tops(line),
+            self.wf_scan_above(line, &cat, &tracked, mark),
+            self.wf_by_ids(line, &cat, &tracked, &old)
+        )?;
+        bad.extend(bad_old);
+        let mut sorted = Sorted::default();
+        sort_rows(range_rows, states, &tracked, &mut sorted);
+        sort_rows(old_rows, states, &tracked, &mut sorted);
+        let ids: Vec<i64> = sorted
+            .known
+            .iter()
+            .chain(sorted.pending.iter())
+            .copied()
+            .collect();
+
+        // Task rows: above the bound for the workflows summarised before and
+        // those above the mark (inserted after the bound); all of them for a
+        // workflow tracked below the mark without a summary.
+        let bound = cursor.task_bound();
+        let (bounded, whole): (Vec<i64>, Vec<i64>) = ids
+            .iter()
+            .partition(|&&w| bound.is_some() && (w > mark || cursor.summary(w).is_some()));
+        let (mut rows, whole_rows) = tokio::try_join!(
+            self.summary_rows(line, &bounded, bound),
+            self.summary_rows(line, &whole, None)
+        )?;
+        // The live tasks known before and not read live now are read again,
+        // after the bounded read: whether each is still live.
+        let seen_live: HashSet<i64> = rows
+            .iter()
+            .filter_map(|r| r.item.as_ref().ok()?.live.as_ref().map(|(id, _)| *id))
+            .collect();
+        let again = recheck(cursor, &bounded, &seen_live);
+        rows.extend(whole_rows);
+        rows.extend(self.tasks_by_id(line, &again).await?);
+        let (summaries, bad_sums) = summarise(&ids, rows, Some(cursor));
+        self.note_bad_summaries(line, &bad_sums);
+        let (known, pending) = (
+            std::mem::take(&mut sorted.known),
+            std::mem::take(&mut sorted.pending),
+        );
+        let out = Self::wf_candidates(sorted, states, task_states, &summaries, self.zone);
+        cursor.replace(known, pending, bad, tops.1, tops.0, summaries);
+        Ok(out)
+    }
+
+    /// One workflow instance by id in any state, with the summary of all its
+    /// task rows. A row that exists but cannot be decoded (or whose task
+    /// rows cannot) is [`SqlError::Undecodable`], not "not found".
+    pub async fn workflow(
+        &self,
+        line: DsLine,
+        id: i64,
+        task_states: &[i32],
+    ) -> Result<Option<WorkflowCandidate>, SqlError> {
+        let cat = self.catalog().await?;
+        cat.require_workflow_reads(line)?;
+        let table = line.workflow_table();
+        let zone = self.zone;
+        let page = with_conn!(self, "reading a workflow row", |c: D| {
+            stmt::by_ids::<D>(c, line, &cat, zone, &[], &[id])
+        })?;
+        if let Some(b) = page.bad.into_iter().next() {
+            self.note_skipped(table, std::slice::from_ref(&b));
+            return Err(SqlError::Undecodable {
+                table: table.to_string(),
+                id: b.id,
+                reason: b.error,
+            });
+        }
+        let Some(wf) = page.rows.into_iter().next() else {
+            return Ok(None);
+        };
+        let rows = self.summary_rows(line, &[id], None).await?;
+        let (summaries, bad) = summarise(&[id], rows, None);
+        if let Some((_, why)) = bad.into_iter().next() {
+            return Err(SqlError::Undecodable {
+                table: table.to_string(),
+                id,
+                reason: why,
+            });
+        }
+        let s = summaries.get(&id).cloned().unwrap_or_default();
+        Ok(Some(candidate(wf, &s, task_states, zone)))
+    }
+
+    /// `recover` for `workflow_master_lost` (SPEC §13): in one transaction,
+    /// the workflow row is locked and read again; a state or host other than
+    /// `seen`'s is a [`WorkflowOutcome::LostRace`]; a host that is NULL,
+    /// `'NULL'` or empty (DS's own failover holds it), a live master by
+    /// `live_master` (asked under the lock) or a queued command for it are
+    /// [`WorkflowOutcome::Skipped`]; otherwise DS's own master-failover rows
+    /// for the line — the same as `recover` after `fault-tolerance` — with
+    /// the update conditional on the state and host seen.
+    pub async fn recover_workflow(
+        &self,
+        line: DsLine,
+        seen: &WorkflowCandidate,
+        now: Instant,
+        live_master: &(dyn Fn(&str) -> bool + Send + Sync),
+    ) -> Result<WorkflowOutcome, SqlError> {
+        let zone = self.zone;
+        with_conn!(self, "recovering a workflow instance", |c: D| async {
+            let cat = self.catalog_on::<D>(c).await?;
+            cat.require_writes(line)?;
+            crate::follow::tx::recover_workflow::<D>(c, line, &cat, zone, seen, now, live_master)
+                .await
+        })
+    }
+}

@@ -1,0 +1,326 @@
+//! The workflow reads' statements, written once for both dialects: the two
+//! tables' top ids, pages and rows by id of the workflow table, and the task
+//! rows a summary needs, grouped so that a workflow's finished tasks come
+//! back as one row.
+
+use super::cursor::{LiveTask, SumError, SumItem, SumRow};
+use crate::dialect::{Conn, Dialect, RowOf};
+use crate::read::BadRow;
+use crate::schema::{finished_list, int_list, names, Catalog, TASK};
+use crate::sql::Sql;
+use crate::{SqlError, PAGE};
+use reaper_core::workflow::WorkflowCandidate;
+use reaper_core::{DsLine, Zone};
+
+/// One statement's worth of workflow rows.
+#[derive(Debug, Default)]
+pub(crate) struct WfPage {
+    pub rows: Vec<WorkflowCandidate>,
+    /// Rows returned, decodable or not: a page is short only by this count.
+    pub raw: usize,
+    /// Id of the last row returned, decodable or not: where the next page starts.
+    pub last_id: Option<i64>,
+    pub bad: Vec<BadRow>,
+}
+
+/// The task table's and the workflow table's top ids, read in one statement
+/// (one snapshot).
+pub(crate) async fn tops<D: Dialect>(
+    c: &mut Conn<D>,
+    line: DsLine,
+) -> Result<(Option<i64>, Option<i64>), SqlError> {
+    let q = Sql::<D>::new(format!(
+        "SELECT (SELECT MAX(id) FROM {TASK}), (SELECT MAX(id) FROM {})",
+        line.workflow_table()
+    ));
+    match q.fetch_optional(c).await? {
+        Some(r) => Ok((D::int(&r, 0)?, D::int(&r, 1)?)),
+        None => Ok((None, None)),
+    }
+}
+
+/// The workflow select list: the columns some releases of a line lack are
+/// read as NULL (SPEC §4.10).
+fn select(line: DsLine, cat: &Catalog) -> String {
+    let wf = line.workflow_table();
+    let col = |c: &str| {
+        if cat.has(wf, c) {
+            format!("w.{c}")
+        } else {
+            "NULL".to_string()
+        }
+    };
+    format!(
+        "SELECT w.id, w.name, w.state, w.host, w.start_time, {}, {} FROM {wf} w",
+        col("restart_time"),
+        col("project_code"),
+    )
+}
+
+fn decode<D: Dialect>(zone: Zone, r: &RowOf<D>) -> Result<WorkflowCandidate, sqlx::Error> {
+    let t = |v: Option<chrono::NaiveDateTime>| v.and_then(|n| zone.to_instant(n));
+    let id = id::<D>(r)?;
+    let state = D::int(r, 2)?.ok_or_else(|| sqlx::Error::ColumnDecode {
+        index: "2".into(),
+        source: "state is NULL".into(),
+    })?;
+    let mut wf = WorkflowCandidate::new(id, state as i32, None);
+    wf.name = D::text(r, 1)?.unwrap_or_default();
+    wf.host = D::text(r, 3)?;
+    wf.start_time = t(D::time(r, 4)?);
+    wf.restart_time = t(D::time(r, 5)?);
+    wf.project_code = D::int(r, 6)?;
+    Ok(wf)
+}
+
+fn id<D: Dialect>(r: &RowOf<D>) -> Result<i64, sqlx::Error> {
+    D::int(r, 0)?.ok_or_else(|| sqlx::Error::ColumnDecode {
+        index: "0".into(),
+        source: "id is NULL".into(),
+    })
+}
+
+/// Decodes what it can; a row that fails is reported in `bad` (possibly
+/// live unless its state decodes to one outside `tracked`).
+fn decode_page<D: Dialect>(
+    zone: Zone,
+    tracked: &[i32],
+    rows: &[RowOf<D>],
+) -> Result<WfPage, SqlError> {
+    let mut page = WfPage {
+        raw: rows.len(),
+        ..WfPage::default()
+    };
+    for r in rows {
+        let id = id::<D>(r)?;
+        page.last_id = Some(id);
+        match decode::<D>(zone, r) {
+            Ok(w) => page.rows.push(w),
+            Err(e) => page.bad.push(BadRow {
+                id,
+                may_be_live: match D::int(r, 2) {
+                    Ok(Some(s)) => tracked.contains(&(s as i32)),
+                    _ => true,
+                },
+                error: e.to_string(),
+            }),
+        }
+    }
+    Ok(page)
+}
+
+/// Up to [`PAGE`] workflow rows in `tracked` states above `after`, by id.
+pub(crate) async fn page<D: Dialect>(
+    c: &mut Conn<D>,
+    line: DsLine,
+    cat: &Catalog,
+    zone: Zone,
+    tracked: &[i32],
+    after: i64,
+) -> Result<WfPage, SqlError> {
+    let rows = page_sql::<D>(line, cat, tracked, after)
+        .fetch_all(c)
+        .await?;
+    decode_page::<D>(zone, tracked, &rows)
+}
+
+fn page_sql<D: Dialect>(line: DsLine, cat: &Catalog, tracked: &[i32], after: i64) -> Sql<D> {
+    let mut q = Sql::<D>::new(select(line, cat));
+    q.push(" WHERE w.id > ")
+        .bind(after)
+        .push(" AND w.state IN (")
+        .push(&int_list(tracked))
+        .push(&format!(") ORDER BY w.id LIMIT {PAGE}"));
+    q
+}
+
+/// Workflow rows by id, in any state.
+pub(crate) async fn by_ids<D: Dialect>(
+    c: &mut Conn<D>,
+    line: DsLine,
+    cat: &Catalog,
+    zone: Zone,
+    tracked: &[i32],
+    ids: &[i64],
+) -> Result<WfPage, SqlError> {
+    if ids.is_empty() {
+        return Ok(WfPage::default());
+    }
+    let mut q = Sql::<D>::new(select(line, cat));
+    q.push(" WHERE w.id IN (")
+        .bind_list(ids.iter())
+        .push(") ORDER BY w.id");
+    q.one_off();
+    let rows = q.fetch_all(c).await?;
+    decode_page::<D>(zone, tracked, &rows)
+}
+
+/// `CASE …`: the task's id when it is a live row (`flag = 1`, not finished).
+fn live_id() -> String {
+    format!(
+        "CASE WHEN t.flag = 1 AND t.state NOT IN ({}) THEN t.id END",
+        finished_list()
+    )
+}
+
+/// The task rows of workflows `wfs` (above task id `above`, when given),
+/// grouped: each live row on its own (id, state, host), the others as one
+/// row per workflow holding their newest `end_time`.
+pub(crate) async fn summary_rows<D: Dialect>(
+    c: &mut Conn<D>,
+    line: DsLine,
+    wfs: &[i64],
+    above: Option<i64>,
+) -> Result<Vec<SumRow>, SqlError> {
+    if wfs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = summary_sql::<D>(line, wfs, above).fetch_all(c).await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let Some(wf) = D::int(r, 0)? else { continue };
+        let task = D::int(r, 1).ok().flatten();
+        let item = (|| -> Result<SumItem, sqlx::Error> {
+            let live = match D::int(r, 1)? {
+                Some(id) => Some((
+                    id,
+                    LiveTask {
+                        state: D::int(r, 2)?.unwrap_or(-1) as i32,
+                        host: D::text(r, 3)?,
+                    },
+                )),
+                None => None,
+            };
+            Ok(SumItem {
+                live,
+                end: D::time(r, 4)?,
+            })
+        })();
+        out.push(SumRow {
+            wf,
+            item: item.map_err(|e| SumError {
+                task,
+                error: e.to_string(),
+            }),
+        });
+    }
+    Ok(out)
+}
+
+fn summary_sql<D: Dialect>(line: DsLine, wfs: &[i64], above: Option<i64>) -> Sql<D> {
+    let fk = names(line).fk;
+    let live = live_id();
+    let mut q = Sql::<D>::new(format!(
+        "SELECT t.{fk}, {live}, MAX(t.state), MAX(t.host), MAX(t.end_time) FROM {TASK} t WHERE "
+    ));
+    if let Some(a) = above {
+        q.push("t.id > ").bind(a).push(" AND ");
+    }
+    D::in_set(&mut q, &format!("t.{fk}"), wfs);
+    q.push(&format!(" GROUP BY t.{fk}, {live}"));
+    q
+}
+
+/// Task rows by id, as summary rows of their workflow: the live tasks a
+/// summary knew, read again.
+pub(crate) async fn tasks_by_id<D: Dialect>(
+    c: &mut Conn<D>,
+    line: DsLine,
+    ids: &[i64],
+) -> Result<Vec<SumRow>, SqlError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let fk = names(line).fk;
+    let mut q = Sql::<D>::new(format!(
+        "SELECT t.{fk}, t.id, t.state, t.flag, t.host, t.end_time FROM {TASK} t WHERE t.id IN ("
+    ));
+    q.bind_list(ids.iter()).push(")");
+    q.one_off();
+    let rows = q.fetch_all(c).await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let Some(wf) = D::int(r, 0)? else { continue };
+        let task = D::int(r, 1)?;
+        let item = (|| -> Result<SumItem, sqlx::Error> {
+            let state = D::int(r, 2)?.unwrap_or(-1) as i32;
+            let flag = D::int(r, 3)?;
+            let live = match task {
+                Some(id) if flag == Some(1) && !DsLine::is_finished_task_state(state) => Some((
+                    id,
+                    LiveTask {
+                        state,
+                        host: D::text(r, 4)?,
+                    },
+                )),
+                _ => None,
+            };
+            Ok(SumItem {
+                live,
+                end: D::time(r, 5)?,
+            })
+        })();
+        out.push(SumRow {
+            wf,
+            item: item.map_err(|e| SumError {
+                task,
+                error: e.to_string(),
+            }),
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dialect::{MySql, Postgres};
+
+    fn cat(cols: &[&str]) -> Catalog {
+        Catalog::new(
+            ["t_ds_workflow_instance".to_string()].into(),
+            cols.iter()
+                .map(|c| ("t_ds_workflow_instance".to_string(), c.to_string()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn the_page_reads_the_columns_the_release_has() {
+        let select = "SELECT w.id, w.name, w.state, w.host, w.start_time, w.restart_time, \
+            w.project_code FROM t_ds_workflow_instance w";
+        let tail = "AND w.state IN (0,1,2,4,14,17,18) ORDER BY w.id LIMIT 5000";
+        let c = cat(&["restart_time", "project_code"]);
+        let tracked = [0, 1, 2, 4, 14, 17, 18];
+        assert_eq!(
+            page_sql::<MySql>(DsLine::V3_3, &c, &tracked, 7).text(),
+            format!("{select} WHERE w.id > ? {tail}")
+        );
+        assert_eq!(
+            page_sql::<Postgres>(DsLine::V3_3, &c, &tracked, 7).text(),
+            format!("{select} WHERE w.id > $1 {tail}")
+        );
+        // 1.3.9 has neither restart_time nor project_code
+        assert!(page_sql::<MySql>(DsLine::V3_3, &cat(&[]), &tracked, 7)
+            .text()
+            .starts_with("SELECT w.id, w.name, w.state, w.host, w.start_time, NULL, NULL FROM"));
+    }
+
+    #[test]
+    fn the_summary_is_one_grouped_statement() {
+        let live = "CASE WHEN t.flag = 1 AND t.state NOT IN (3,5,6,7,9,13) THEN t.id END";
+        let head = format!(
+            "SELECT t.process_instance_id, {live}, MAX(t.state), MAX(t.host), MAX(t.end_time) \
+             FROM t_ds_task_instance t WHERE "
+        );
+        let group = format!(" GROUP BY t.process_instance_id, {live}");
+        assert_eq!(
+            summary_sql::<MySql>(DsLine::V3_2, &[4, 5], Some(100)).text(),
+            format!("{head}t.id > ? AND t.process_instance_id IN (?,?){group}")
+        );
+        assert_eq!(
+            summary_sql::<Postgres>(DsLine::V3_2, &[4, 5], None).text(),
+            format!("{head}t.process_instance_id = ANY($1::int4[]){group}")
+        );
+    }
+}
