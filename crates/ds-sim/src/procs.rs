@@ -1,0 +1,284 @@
+//! Real task processes for a simulated worker (SPEC §12): processes started
+//! the way DS's worker starts a command-type task — with the task's execute
+//! path as their working directory, under a temporary exec base (DS's
+//! `data.basedir.path`) — and ended at will, so that the agent and the
+//! daemon's `process_gone` can be tested against the real `/proc`.
+//!
+//! Each task process leads a process group of its own; ending it kills the
+//! whole group (children included) and reaps the leader, so no process
+//! outlives the test that started it.
+
+use reaper_core::DsLine;
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// The project, definition and tenant the simulated paths use.
+pub const PROJECT: i64 = 4_797_859_136_768;
+pub const DEFINITION: i64 = 4_803_964_634_368;
+pub const DEFINITION_VERSION: i32 = 1;
+pub const TENANT: &str = "default";
+
+/// A task's execute path under `exec_base` as `line`'s worker spells it
+/// (reference §2.1; 3.3: the `exec/process/<taskInstanceId>` form of the
+/// released 3.3.x/3.4.x).
+pub fn execute_path(
+    exec_base: &Path,
+    line: DsLine,
+    workflow_instance_id: i64,
+    task_id: i64,
+) -> PathBuf {
+    let process = exec_base.join("exec").join("process");
+    let (wf, task) = (workflow_instance_id.to_string(), task_id.to_string());
+    let code_version = format!("{DEFINITION}_{DEFINITION_VERSION}");
+    match line {
+        // 1.2/1.3 use small integer ids where later lines use codes
+        DsLine::V1_2 | DsLine::V1_3 => process.join("1").join("2").join(wf).join(task),
+        DsLine::V2_0 | DsLine::V3_0 | DsLine::V3_1_0 => process
+            .join(PROJECT.to_string())
+            .join(code_version)
+            .join(wf)
+            .join(task),
+        DsLine::V3_1 | DsLine::V3_2 => process
+            .join(TENANT)
+            .join(PROJECT.to_string())
+            .join(code_version)
+            .join(wf)
+            .join(task),
+        DsLine::V3_3 => process.join(task),
+    }
+}
+
+/// A temporary exec base, removed when dropped.
+pub struct ExecBase {
+    dir: tempfile::TempDir,
+}
+
+impl ExecBase {
+    pub fn new() -> io::Result<ExecBase> {
+        Ok(ExecBase {
+            dir: tempfile::Builder::new().prefix("ds-sim-exec-").tempdir()?,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The task's execute path, created.
+    pub fn execute_path(
+        &self,
+        line: DsLine,
+        workflow_instance_id: i64,
+        task_id: i64,
+    ) -> io::Result<PathBuf> {
+        let p = execute_path(self.path(), line, workflow_instance_id, task_id);
+        std::fs::create_dir_all(&p)?;
+        Ok(p)
+    }
+
+    /// A task process: `sleep` in the task's execute path, running until ended.
+    pub fn start(
+        &self,
+        line: DsLine,
+        workflow_instance_id: i64,
+        task_id: i64,
+    ) -> io::Result<TaskProcess> {
+        let dir = self.execute_path(line, workflow_instance_id, task_id)?;
+        TaskProcess::spawn(&dir, "sleep", &["86400"])
+    }
+
+    /// A task process that ends by itself after `d`.
+    pub fn start_for(
+        &self,
+        line: DsLine,
+        workflow_instance_id: i64,
+        task_id: i64,
+        d: Duration,
+    ) -> io::Result<TaskProcess> {
+        let dir = self.execute_path(line, workflow_instance_id, task_id)?;
+        let secs = format!("{:.3}", d.as_secs_f64());
+        TaskProcess::spawn(&dir, "sleep", &[&secs])
+    }
+
+    /// A task process with a child working in a subdirectory `sub` of the
+    /// execute path (as a Spark or DataX launcher's children may): a shell in
+    /// the execute path whose background child `cd`s into `sub`.
+    pub fn start_with_child(
+        &self,
+        line: DsLine,
+        workflow_instance_id: i64,
+        task_id: i64,
+        sub: &str,
+    ) -> io::Result<TaskProcess> {
+        let dir = self.execute_path(line, workflow_instance_id, task_id)?;
+        std::fs::create_dir_all(dir.join(sub))?;
+        let script = "cd \"$1\" && exec sleep 86400 & exec sleep 86400";
+        TaskProcess::spawn(&dir, "sh", &["-c", script, "sh", sub])
+    }
+}
+
+/// One running task process (and its process group).
+pub struct TaskProcess {
+    child: Child,
+    dir: PathBuf,
+    ended: bool,
+}
+
+impl TaskProcess {
+    /// Starts `program args` in `dir`, leading a new process group.
+    pub fn spawn(dir: &Path, program: &str, args: &[&str]) -> io::Result<TaskProcess> {
+        let child = Command::new(program)
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()?;
+        Ok(TaskProcess {
+            child,
+            dir: dir.to_path_buf(),
+            ended: false,
+        })
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// The working directory it was started in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Whether the leader still runs.
+    pub fn is_running(&mut self) -> bool {
+        !self.ended && matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Kills the process group with SIGKILL — the task process dies, as when
+    /// the OOM killer or an operator's `kill -9` ends it — and reaps the
+    /// leader, so it is gone from the process table, not a zombie.
+    pub fn kill(&mut self) -> io::Result<()> {
+        if self.ended {
+            return Ok(());
+        }
+        self.ended = true;
+        let group = format!("-{}", self.child.id());
+        // kill(1) signals the whole group; std's Child::kill only the leader
+        let status = Command::new("kill")
+            .args(["-KILL", "--", &group])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        if !matches!(status, Ok(s) if s.success()) {
+            let _ = self.child.kill();
+        }
+        self.child.wait().map(|_| ())
+    }
+}
+
+impl Drop for TaskProcess {
+    fn drop(&mut self) {
+        let _ = self.kill();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cwd_of(pid: i32) -> Option<PathBuf> {
+        std::fs::read_link(format!("/proc/{pid}/cwd")).ok()
+    }
+
+    /// The pids whose parent is `pid`.
+    fn children(pid: i32) -> Vec<i32> {
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return vec![];
+        };
+        dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/stat"))
+                    .ok()
+                    .and_then(|s| {
+                        let rest = &s[s.rfind(')')? + 1..];
+                        rest.split_whitespace().nth(1)?.parse::<i32>().ok()
+                    })
+                    == Some(pid)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_lines_execute_path() {
+        let b = Path::new("/tmp/ds");
+        let p = |l| execute_path(b, l, 11, 12).display().to_string();
+        assert_eq!(p(DsLine::V1_3), "/tmp/ds/exec/process/1/2/11/12");
+        assert_eq!(
+            p(DsLine::V2_0),
+            "/tmp/ds/exec/process/4797859136768/4803964634368_1/11/12"
+        );
+        assert_eq!(
+            p(DsLine::V3_2),
+            "/tmp/ds/exec/process/default/4797859136768/4803964634368_1/11/12"
+        );
+        assert_eq!(p(DsLine::V3_3), "/tmp/ds/exec/process/12");
+    }
+
+    #[test]
+    fn a_task_process_runs_in_its_execute_path_until_killed() {
+        let base = ExecBase::new().unwrap();
+        let mut t = base.start(DsLine::V3_2, 11, 12).unwrap();
+        let dir = std::fs::canonicalize(base.execute_path(DsLine::V3_2, 11, 12).unwrap()).unwrap();
+        assert_eq!(cwd_of(t.pid()), Some(dir));
+        assert!(t.is_running());
+        let pid = t.pid();
+        t.kill().unwrap();
+        assert!(!t.is_running());
+        assert_eq!(cwd_of(pid), None, "reaped, not a zombie");
+    }
+
+    #[test]
+    fn a_child_in_a_subdirectory_dies_with_its_task() {
+        let base = ExecBase::new().unwrap();
+        let mut t = base.start_with_child(DsLine::V1_3, 5, 6, "sub").unwrap();
+        let dir = std::fs::canonicalize(t.dir()).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let kids = loop {
+            let k: Vec<i32> = children(t.pid())
+                .into_iter()
+                .filter(|k| cwd_of(*k) == Some(dir.join("sub")))
+                .collect();
+            if !k.is_empty() || std::time::Instant::now() > deadline {
+                break k;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(kids.len(), 1, "one child in sub/");
+        assert_eq!(cwd_of(t.pid()), Some(dir));
+        t.kill().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        // the orphaned child is killed too (it may linger as a zombie until its new parent reaps it)
+        while std::time::Instant::now() < deadline && cwd_of(kids[0]).is_some() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(cwd_of(kids[0]), None);
+    }
+
+    #[test]
+    fn a_timed_task_ends_by_itself() {
+        let base = ExecBase::new().unwrap();
+        let mut t = base
+            .start_for(DsLine::V2_0, 1, 2, Duration::from_millis(100))
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while t.is_running() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!t.is_running());
+    }
+}
