@@ -1,0 +1,193 @@
+//! The worker-host agent of ds-reaper (`ds-reaper agent`, SPEC §12).
+//!
+//! Whether a task's process still exists can only be seen on the worker
+//! host. Every `scan_interval` the agent reads the working directory of every
+//! process; DS starts each command-type task process in the task's execute
+//! path, so a process working in (or below) `<exec_base>/exec/process/…` is
+//! that task's ([`execpath`]). It publishes what it saw as the data of an
+//! ephemeral node `<root>/<agent.path>/<worker>` in a registry session of its
+//! own, rewritten after every scan (the rewrite is its heartbeat), and serves
+//! `/healthz`, `/readyz` and `/metrics`. It never signals a process and never
+//! touches the database.
+//!
+//! The whole runtime is here, so the binary's `agent` command is one call:
+//! [`run`] with [`AgentSettings`] built from the configuration.
+//!
+//! # Layout
+//! - [`execpath`]: DS execute paths per line → task instance.
+//! - [`proc`]: reading `/proc` (or a fake tree): the [`ProcSource`] port and [`ProcFs`].
+//! - [`scan`]: one scan → tasks, pids, start times, unreadable processes.
+//! - [`host`]: `agent.worker = "auto"`: this host's addresses and its worker node.
+//! - [`publish`]: the [`Publisher`] port every registry implements.
+//! - [`zk`]: the ZooKeeper publisher, its own session.
+//! - `runtime`: the scan loop and shutdown; `http`: the endpoints; [`metrics`].
+//! - [`testing`]: a fake proc tree and a denying source, for tests and benchmarks.
+
+pub mod execpath;
+pub mod host;
+mod http;
+pub mod metrics;
+pub mod proc;
+pub mod publish;
+mod runtime;
+pub mod scan;
+pub mod testing;
+pub mod zk;
+
+pub use execpath::{ExecPaths, TaskRef};
+pub use proc::{ProcFs, ProcSource};
+pub use publish::{PublishError, Publisher};
+pub use runtime::Agent;
+pub use scan::{Scan, Scanner};
+pub use zk::{ZkPublisher, ZkTarget};
+
+use reaper_core::DsLine;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Everything the agent needs (SPEC §6 `[agent]`, plus the registry it
+/// publishes into).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentSettings {
+    /// `agent.worker`: the worker's registered node name; None for `"auto"`.
+    pub worker: Option<String>,
+    /// `agent.exec_base`: DS's `data.basedir.path` (1.2: the parent of
+    /// `process.exec.basepath`), as the worker's processes see it.
+    pub exec_base: PathBuf,
+    /// `agent.scan_interval` (at least 100 ms is used).
+    pub scan_interval: Duration,
+    /// `agent.path`: under the registry root, e.g. `ds-reaper/agents`.
+    pub path: String,
+    /// `agent.listen`.
+    pub listen: SocketAddr,
+    /// `dolphinscheduler.version`: an explicit line reads only its execute
+    /// path form and registry layout; None (auto) reads every one.
+    pub line: Option<DsLine>,
+    /// Where the proc filesystem is (default `/proc`); also the source of
+    /// this host's addresses and name for `worker = "auto"`.
+    pub proc_root: PathBuf,
+    pub registry: AgentRegistry,
+}
+
+/// The registry the agent publishes into (SPEC §14: ZooKeeper or etcd; the
+/// JDBC registry has no agents).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentRegistry {
+    ZooKeeper(ZkTarget),
+}
+
+impl AgentSettings {
+    /// SPEC §6 defaults for every `[agent]` key.
+    pub fn new(registry: AgentRegistry) -> AgentSettings {
+        AgentSettings {
+            worker: None,
+            exec_base: PathBuf::from("/tmp/dolphinscheduler"),
+            scan_interval: Duration::from_secs(10),
+            path: "ds-reaper/agents".into(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 9478)),
+            line: None,
+            proc_root: PathBuf::from("/proc"),
+            registry,
+        }
+    }
+
+    /// The settings with `path` trimmed, or what is wrong with them.
+    fn validated(mut self) -> Result<AgentSettings, AgentError> {
+        let mut bad = Vec::new();
+        if !self.exec_base.is_absolute() {
+            bad.push(format!(
+                "agent.exec_base {:?} must be an absolute path",
+                self.exec_base
+            ));
+        }
+        if self.scan_interval.is_zero() {
+            bad.push("agent.scan_interval must be positive".to_string());
+        }
+        self.path = self.path.trim().trim_matches('/').to_string();
+        if self.path.is_empty() {
+            bad.push("agent.path must name a path under the registry root".to_string());
+        }
+        if let Some(w) = &self.worker {
+            let w = w.trim();
+            if w.is_empty() || w.contains('/') {
+                bad.push(format!("agent.worker {w:?} is not a worker node name"));
+            }
+            self.worker = Some(w.to_string());
+        }
+        if bad.is_empty() {
+            Ok(self)
+        } else {
+            Err(AgentError::Settings(bad.join("; ")))
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// A bad value: the command's exit code 2.
+    #[error("invalid agent settings: {0}")]
+    Settings(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the agent's HTTP server failed: {0}")]
+    Http(#[source] std::io::Error),
+    #[error("agent: {0}")]
+    Internal(String),
+}
+
+impl AgentError {
+    /// The `ds-reaper agent` exit code for this error (SPEC §7: 2 bad config).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            AgentError::Settings(_) => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// `ds-reaper agent`: runs the agent until `cancel`, then closes its registry
+/// session (its node goes at once) and returns `Ok(())` — within SPEC §7's
+/// 10 s. A registry that cannot be reached is not an error: the agent keeps
+/// scanning, retries with capped backoff, and `/readyz` says why. Sends
+/// systemd `READY=1` after the first scan and `WATCHDOG=1` from the scan loop
+/// when `WatchdogSec=` is set.
+pub async fn run(settings: AgentSettings, cancel: CancellationToken) -> Result<(), AgentError> {
+    let settings = settings.validated()?;
+    let listener = tokio::net::TcpListener::bind(settings.listen)
+        .await
+        .map_err(|source| AgentError::Listen {
+            addr: settings.listen,
+            source,
+        })?;
+    Agent::new(settings).serve(listener, cancel).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_are_checked() {
+        let s = AgentSettings::new(AgentRegistry::ZooKeeper(ZkTarget::new("x:2181", "/ds")));
+        assert_eq!(s.clone().validated().unwrap().path, "ds-reaper/agents");
+        let bad = AgentSettings {
+            exec_base: "relative".into(),
+            scan_interval: Duration::ZERO,
+            path: "/".into(),
+            worker: Some("a/b".into()),
+            ..s
+        };
+        let e = bad.validated().unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        let msg = e.to_string();
+        for part in ["exec_base", "scan_interval", "agent.path", "agent.worker"] {
+            assert!(msg.contains(part), "{msg}");
+        }
+    }
+}

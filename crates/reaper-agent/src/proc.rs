@@ -1,0 +1,388 @@
+//! Reading the process table: the [`ProcSource`] the scanner asks, and
+//! [`ProcFs`], which answers from a proc filesystem at any root (`/proc`, or
+//! a fake tree in tests).
+//!
+//! Only files the kernel lets any process read are used, except a process's
+//! `cwd` link: reading another user's needs `CAP_SYS_PTRACE` (the kernel's
+//! `ptrace_may_access` in read mode); SPEC §11 grants the agent that and
+//! `CAP_DAC_READ_SEARCH`, nothing more.
+
+use rustix::fs::{Mode, OFlags, RawDir};
+use std::ffi::{OsStr, OsString};
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+
+/// Capability numbers (linux/capability.h).
+pub const CAP_DAC_READ_SEARCH: u32 = 2;
+pub const CAP_SYS_PTRACE: u32 = 19;
+
+/// What the scanner reads of one process from `/proc/<pid>/stat`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcStat {
+    /// Field 3: `R`, `S`, `D`, `Z` (zombie), `X` (dead), ...
+    pub state: u8,
+    /// Field 4: the parent's pid.
+    pub ppid: i32,
+    /// Field 9: the kernel's `PF_*` flags.
+    pub flags: u64,
+    /// Field 22: start time in clock ticks after boot.
+    pub start_ticks: u64,
+}
+
+/// `PF_KTHREAD` (linux/sched.h): a kernel thread.
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+impl ProcStat {
+    /// A zombie or dead process: it has ended, only its entry remains.
+    pub fn ended(&self) -> bool {
+        matches!(self.state, b'Z' | b'X' | b'x')
+    }
+
+    /// A kernel thread: never a task process.
+    pub fn kernel_thread(&self) -> bool {
+        self.flags & PF_KTHREAD != 0
+    }
+}
+
+/// Parses `/proc/<pid>/stat`. The command name (field 2) is in parentheses
+/// and may itself hold spaces and parentheses, so fields are counted from
+/// the last `)`.
+pub fn parse_stat(data: &[u8]) -> Option<ProcStat> {
+    let close = data.iter().rposition(|b| *b == b')')?;
+    let mut fields = data[close + 1..]
+        .split(|b| b.is_ascii_whitespace())
+        .filter(|f| !f.is_empty());
+    let num = |f: &[u8]| std::str::from_utf8(f).ok()?.parse::<i64>().ok();
+    let state = *fields.next()?.first()?;
+    // after the state (field 3) come fields 4.. (ppid), 9 (flags), 22 (starttime)
+    let ppid = i32::try_from(num(fields.next()?)?).ok()?;
+    let flags = u64::try_from(num(fields.nth(9 - 5)?)?).ok()?;
+    let start_ticks = u64::try_from(num(fields.nth(22 - 10)?)?).ok()?;
+    Some(ProcStat {
+        state,
+        ppid,
+        flags,
+        start_ticks,
+    })
+}
+
+/// Where the scanner reads processes from. Errors carry the OS error kind the
+/// scanner judges by: `NotFound` (or ESRCH) is a process gone, `PermissionDenied`
+/// (EACCES, EPERM) a process it may not read.
+pub trait ProcSource: Send {
+    /// The ids of the processes (not threads) there are now, in any order.
+    fn pids(&mut self) -> io::Result<Vec<i32>>;
+    /// The target of `/proc/<pid>/cwd`.
+    fn cwd(&mut self, pid: i32) -> io::Result<PathBuf>;
+    fn stat(&mut self, pid: i32) -> io::Result<ProcStat>;
+    /// The agent's own pid as this proc filesystem shows it (`self`), when known.
+    fn self_pid(&mut self) -> Option<i32>;
+    /// `btime` of `/proc/stat`: the boot time, in seconds since the epoch.
+    fn boot_time(&mut self) -> io::Result<i64>;
+    /// Clock ticks per second, the unit of [`ProcStat::start_ticks`].
+    fn clock_ticks(&self) -> u64;
+    /// The agent's own effective capability set (`CapEff`), when known.
+    fn capabilities(&mut self) -> Option<u64>;
+    /// Why some processes may be invisible rather than unreadable: the proc
+    /// filesystem is mounted `hidepid=invisible` (or `ptraceable`) and the
+    /// agent lacks `CAP_SYS_PTRACE`. Such a scan proves no absence.
+    fn blind(&mut self) -> Option<String>;
+}
+
+/// The proc filesystem mounted at `root`. Paths are resolved relative to
+/// a descriptor of the root (`readlinkat`, `openat`) into buffers kept from
+/// one call to the next, so a scan costs the kernel's work and little more.
+pub struct ProcFs {
+    root: PathBuf,
+    dir: Option<OwnedFd>,
+    ticks: u64,
+    /// `<pid>/<file>`, rebuilt for every call.
+    path: String,
+    link: Vec<u8>,
+    listing: Vec<u8>,
+}
+
+impl std::fmt::Debug for ProcFs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcFs")
+            .field("root", &self.root)
+            .field("ticks", &self.ticks)
+            .finish()
+    }
+}
+
+impl ProcFs {
+    pub fn new(root: impl Into<PathBuf>) -> ProcFs {
+        ProcFs {
+            root: root.into(),
+            dir: None,
+            ticks: clock_ticks_per_second(),
+            path: String::with_capacity(32),
+            link: vec![0; 4096],
+            listing: Vec::with_capacity(64 * 1024),
+        }
+    }
+
+    /// The same tree with another tick rate (fake trees in tests).
+    pub fn with_clock_ticks(mut self, ticks: u64) -> ProcFs {
+        self.ticks = ticks.max(1);
+        self
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Opens the root once; an error is returned (and retried next call).
+    fn open_root(&mut self) -> io::Result<()> {
+        if self.dir.is_none() {
+            let fd = rustix::fs::open(
+                &self.root,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?;
+            self.dir = Some(fd);
+        }
+        Ok(())
+    }
+
+    fn set_path(&mut self, pid: i32, file: &str) {
+        use std::fmt::Write;
+        self.path.clear();
+        let _ = write!(self.path, "{pid}/{file}");
+    }
+}
+
+/// `sysconf(_SC_CLK_TCK)`, read from the auxiliary vector by rustix (no
+/// unsafe code here); Linux reports 100 on every common architecture.
+pub fn clock_ticks_per_second() -> u64 {
+    match rustix::param::clock_ticks_per_second() {
+        0 => 100,
+        t => t,
+    }
+}
+
+impl ProcSource for ProcFs {
+    fn pids(&mut self) -> io::Result<Vec<i32>> {
+        self.open_root()?;
+        let Some(root) = self.dir.as_ref() else {
+            return Err(io::ErrorKind::NotFound.into());
+        };
+        // a descriptor of its own: a listing reads from the descriptor's offset
+        let fd = rustix::fs::openat(
+            root,
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let mut pids = Vec::with_capacity(1024);
+        let mut entries = RawDir::new(&fd, self.listing.spare_capacity_mut());
+        while let Some(entry) = entries.next() {
+            let entry = entry?;
+            if let Some(pid) = parse_pid(entry.file_name().to_bytes()) {
+                pids.push(pid);
+            }
+        }
+        Ok(pids)
+    }
+
+    fn cwd(&mut self, pid: i32) -> io::Result<PathBuf> {
+        self.open_root()?;
+        self.set_path(pid, "cwd");
+        let Some(root) = self.dir.as_ref() else {
+            return Err(io::ErrorKind::NotFound.into());
+        };
+        let n = rustix::fs::readlinkat_raw(root, self.path.as_str(), &mut self.link[..])?;
+        if n < self.link.len() {
+            return Ok(PathBuf::from(OsStr::from_bytes(&self.link[..n])));
+        }
+        // longer than the buffer: read it whole
+        let full = rustix::fs::readlinkat(root, self.path.as_str(), Vec::new())?;
+        Ok(PathBuf::from(OsString::from_vec(full.into_bytes())))
+    }
+
+    fn stat(&mut self, pid: i32) -> io::Result<ProcStat> {
+        self.open_root()?;
+        self.set_path(pid, "stat");
+        let Some(root) = self.dir.as_ref() else {
+            return Err(io::ErrorKind::NotFound.into());
+        };
+        let fd = rustix::fs::openat(
+            root,
+            self.path.as_str(),
+            OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        // one line of a few hundred bytes, produced whole by the first read
+        let mut buf = [0u8; 2048];
+        let mut len = 0;
+        while len < buf.len() {
+            let n = rustix::io::read(&fd, &mut buf[len..])?;
+            if n == 0 {
+                break;
+            }
+            len += n;
+        }
+        parse_stat(&buf[..len]).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("unparsable /proc/{pid}/stat"),
+            )
+        })
+    }
+
+    fn self_pid(&mut self) -> Option<i32> {
+        std::fs::read_link(self.root.join("self"))
+            .ok()?
+            .to_str()?
+            .parse()
+            .ok()
+    }
+
+    fn boot_time(&mut self) -> io::Result<i64> {
+        let text = std::fs::read_to_string(self.root.join("stat"))?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("btime "))
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no btime in /proc/stat"))
+    }
+
+    fn clock_ticks(&self) -> u64 {
+        self.ticks
+    }
+
+    fn capabilities(&mut self) -> Option<u64> {
+        let text = std::fs::read_to_string(self.root.join("self/status")).ok()?;
+        parse_cap_eff(&text)
+    }
+
+    fn blind(&mut self) -> Option<String> {
+        let text = std::fs::read_to_string(self.root.join("self/mountinfo")).ok()?;
+        let root = std::fs::canonicalize(&self.root).unwrap_or_else(|_| self.root.clone());
+        let mode = hidepid(&text, &root)?;
+        let caps = self.capabilities();
+        if caps.is_some_and(|c| has(c, CAP_SYS_PTRACE)) {
+            return None;
+        }
+        Some(format!(
+            "{} is mounted with hidepid={mode}: other users' processes are invisible without CAP_SYS_PTRACE",
+            root.display()
+        ))
+    }
+}
+
+/// A process directory's name: a positive decimal pid.
+fn parse_pid(name: &[u8]) -> Option<i32> {
+    if name.is_empty() || name.len() > 10 || !name.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(name)
+        .ok()?
+        .parse()
+        .ok()
+        .filter(|p| *p > 0)
+}
+
+/// `CapEff` of a `/proc/<pid>/status`.
+pub fn parse_cap_eff(status: &str) -> Option<u64> {
+    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
+    u64::from_str_radix(hex.trim(), 16).ok()
+}
+
+pub fn has(caps: u64, cap: u32) -> bool {
+    caps & (1u64 << cap) != 0
+}
+
+/// The hiding `hidepid` mode of the proc mount at `root` in a mountinfo
+/// text (`invisible`/2 or `ptraceable`/4); None when it hides nothing.
+/// (`noaccess`/1 leaves the entries visible: reading them fails, which the
+/// scanner counts as unreadable.)
+pub fn hidepid(mountinfo: &str, root: &Path) -> Option<String> {
+    let root = root.to_str()?;
+    let mut found = None;
+    for line in mountinfo.lines() {
+        // <id> <parent> <maj:min> <root> <mount point> <options> [optional...] - <fstype> <source> <super options>
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let mount_point = left.split(' ').nth(4);
+        let mut r = right.split(' ');
+        let (fstype, _source, options) = (r.next(), r.next(), r.next().unwrap_or(""));
+        if fstype != Some("proc") || mount_point != Some(root) {
+            continue;
+        }
+        // the last mount on a point is the visible one
+        found = options
+            .split(',')
+            .find_map(|o| o.strip_prefix("hidepid="))
+            .filter(|m| matches!(*m, "2" | "invisible" | "4" | "ptraceable"))
+            .map(str::to_string);
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_fields_count_from_the_last_parenthesis() {
+        let line = b"4242 (sleep) S 1 4242 4242 0 -1 4194304 100 0 0 0 0 0 0 0 20 0 1 0 987654 2000 50 18446744073709551615";
+        assert_eq!(
+            parse_stat(line),
+            Some(ProcStat {
+                state: b'S',
+                ppid: 1,
+                flags: 4194304,
+                start_ticks: 987654
+            })
+        );
+        let odd = b"7 (a) (b c) Z 1 7 7 0 -1 4194304 100 0 0 0 0 0 0 0 20 0 1 0 55 0 0";
+        let s = parse_stat(odd).unwrap();
+        assert_eq!((s.state, s.start_ticks), (b'Z', 55));
+        assert!(s.ended());
+        assert_eq!(parse_stat(b"7 (x) S 1 2"), None);
+        let kthread = b"2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 1 0 0 20 0 1 0 24 0 0";
+        assert!(parse_stat(kthread).unwrap().kernel_thread());
+        assert_eq!(parse_stat(b"garbage"), None);
+    }
+
+    #[test]
+    fn the_real_proc_reads() {
+        let mut p = ProcFs::new("/proc");
+        let me = std::process::id() as i32;
+        assert!(p.pids().unwrap().contains(&me));
+        assert_eq!(p.cwd(me).unwrap(), std::env::current_dir().unwrap());
+        let s = p.stat(me).unwrap();
+        assert!(!s.ended() && !s.kernel_thread());
+        assert_eq!(p.self_pid(), Some(me));
+        let boot = p.boot_time().unwrap();
+        assert!(boot > 1_000_000_000);
+        assert!(p.clock_ticks() >= 1);
+        assert!(p.capabilities().is_some());
+        assert_eq!(p.cwd(i32::MAX).unwrap_err().kind(), io::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn capabilities_and_hidepid() {
+        let status = "Name:\tx\nCapInh:\t0000000000000000\nCapEff:\t0000000000080004\n";
+        let c = parse_cap_eff(status).unwrap();
+        assert!(has(c, CAP_SYS_PTRACE) && has(c, CAP_DAC_READ_SEARCH));
+        assert!(!has(
+            parse_cap_eff("CapEff:\t0000000000000004").unwrap(),
+            CAP_SYS_PTRACE
+        ));
+        let mi = "22 1 0:21 / /proc rw,nosuid,nodev,noexec,relatime shared:12 - proc proc rw\n\
+                  99 22 0:50 / /proc rw,relatime - proc proc rw,hidepid=invisible\n\
+                  23 1 0:22 / /sys rw - sysfs sysfs rw,hidepid=2\n";
+        assert_eq!(
+            hidepid(mi, Path::new("/proc")).as_deref(),
+            Some("invisible")
+        );
+        assert_eq!(hidepid(mi, Path::new("/sys")), None);
+        let plain = "22 1 0:21 / /proc rw shared:12 - proc proc rw,hidepid=noaccess\n";
+        assert_eq!(hidepid(plain, Path::new("/proc")), None);
+    }
+}

@@ -1,0 +1,383 @@
+//! The agent's loop: every `scan_interval` one scan (on the blocking pool),
+//! then — once the agent knows which worker it stands for — the report
+//! published as its node's data. Publishing does not depend on the worker
+//! being registered: the agent keeps publishing while its worker is absent,
+//! which is when its reports matter most (SPEC §12). It never signals a
+//! process and never touches the database.
+
+use crate::execpath::ExecPaths;
+use crate::host::{pick, HostIdentity, Pick};
+use crate::metrics::Metrics;
+use crate::proc::{ProcFs, ProcSource};
+use crate::publish::Publisher;
+use crate::scan::{Scan, Scanner};
+use crate::zk::ZkPublisher;
+use crate::{AgentError, AgentRegistry, AgentSettings};
+use reaper_core::agent::AgentReport;
+use serde_json::json;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// The whole stop fits SPEC §7's 10 s.
+const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(8);
+/// No scan more often than this, whatever is configured.
+const MIN_INTERVAL: Duration = Duration::from_millis(100);
+
+/// What `/readyz`, `/` and the log know of the agent.
+#[derive(Debug, Default)]
+struct Status {
+    /// The worker node name the agent publishes for, once known.
+    worker: Option<String>,
+    /// Why it is not known yet.
+    worker_problem: Option<String>,
+    last_scan: Option<Scan>,
+    /// The last report written, or None.
+    last_report: Option<AgentReport>,
+    /// Why the last publish failed; None after a success.
+    publish_error: Option<String>,
+}
+
+pub(crate) struct Shared {
+    pub(crate) metrics: Metrics,
+    publisher: Arc<dyn Publisher>,
+    status: Mutex<Status>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    pub(crate) fn refresh_gauges(&self) {
+        self.metrics
+            .registry_connected
+            .set(i64::from(self.publisher.connected()));
+    }
+
+    /// Why the agent is not ready, or None (SPEC §12: a scan with unreadable
+    /// processes names the first pids and the capability the agent lacks).
+    pub(crate) fn not_ready(&self) -> Option<String> {
+        let st = lock(&self.status);
+        let mut why = Vec::new();
+        match &st.last_scan {
+            None => why.push("no scan has completed yet".to_string()),
+            Some(s) if s.unreadable > 0 => {
+                let pids: Vec<String> = s.unreadable_pids.iter().map(i32::to_string).collect();
+                let first = if pids.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (first pids: {})", pids.join(", "))
+                };
+                why.push(format!(
+                    "{} process(es) unreadable{first}: {}",
+                    s.unreadable,
+                    s.denied.as_deref().unwrap_or("denied")
+                ));
+            }
+            Some(_) => {}
+        }
+        if st.worker.is_none() {
+            why.push(
+                st.worker_problem
+                    .clone()
+                    .unwrap_or_else(|| "this host's worker is not known yet".into()),
+            );
+        }
+        if !self.publisher.connected() {
+            why.push("not connected to the registry".into());
+        } else if let Some(e) = &st.publish_error {
+            why.push(format!("publishing failed: {e}"));
+        }
+        (!why.is_empty()).then(|| why.join("; "))
+    }
+
+    pub(crate) fn summary(&self) -> String {
+        let st = lock(&self.status);
+        let tasks = st.last_scan.as_ref().map_or(0, |s| s.tasks.len());
+        format!(
+            "worker {}, {tasks} task(s) seen",
+            st.worker.as_deref().unwrap_or("?")
+        )
+    }
+
+    pub(crate) fn status_json(&self) -> serde_json::Value {
+        let ready = self.not_ready();
+        let st = lock(&self.status);
+        json!({
+            "worker": st.worker,
+            "ready": ready.is_none(),
+            "not_ready": ready,
+            "registry_connected": self.publisher.connected(),
+            "report": st.last_report,
+        })
+    }
+}
+
+/// The agent with its parts; [`crate::run`] builds it from the settings.
+/// Tests and other registries plug in their own [`Publisher`] or
+/// [`ProcSource`].
+pub struct Agent {
+    settings: AgentSettings,
+    publisher: Option<Arc<dyn Publisher>>,
+    source: Option<Box<dyn ProcSource>>,
+}
+
+impl Agent {
+    pub fn new(settings: AgentSettings) -> Agent {
+        Agent {
+            settings,
+            publisher: None,
+            source: None,
+        }
+    }
+
+    /// Publishes through `p` instead of the registry of the settings.
+    pub fn with_publisher(mut self, p: Arc<dyn Publisher>) -> Agent {
+        self.publisher = Some(p);
+        self
+    }
+
+    /// Reads processes from `s` instead of `settings.proc_root`.
+    pub fn with_source(mut self, s: Box<dyn ProcSource>) -> Agent {
+        self.source = Some(s);
+        self
+    }
+
+    /// Runs until `cancel`, serving HTTP on `listener`; closes the registry
+    /// session (the agent's node goes at once) before returning.
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        cancel: CancellationToken,
+    ) -> Result<(), AgentError> {
+        let settings = self.settings.validated()?;
+        let publisher: Arc<dyn Publisher> = match self.publisher {
+            Some(p) => p,
+            None => match &settings.registry {
+                AgentRegistry::ZooKeeper(t) => Arc::new(ZkPublisher::start(
+                    t.clone(),
+                    &settings.path,
+                    settings.line,
+                    cancel.child_token(),
+                )),
+            },
+        };
+        let source = self
+            .source
+            .unwrap_or_else(|| Box::new(ProcFs::new(&settings.proc_root)));
+        let scanner = Scanner::new(source, ExecPaths::new(&settings.exec_base, settings.line));
+        let shared = Arc::new(Shared {
+            metrics: Metrics::new(),
+            publisher: publisher.clone(),
+            status: Mutex::new(Status {
+                worker: settings.worker.clone(),
+                ..Status::default()
+            }),
+        });
+        tracing::info!(
+            version = env!("CARGO_PKG_VERSION"),
+            exec_base = %settings.exec_base.display(),
+            worker = settings.worker.as_deref().unwrap_or("auto"),
+            scan_interval = ?settings.scan_interval,
+            listen = ?listener.local_addr().ok(),
+            "starting the ds-reaper agent"
+        );
+        let http_cancel = cancel.clone();
+        let app = crate::http::router(shared.clone());
+        let server = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move { http_cancel.cancelled().await })
+                .await
+        });
+        let result = scan_loop(&settings, scanner, &shared, &cancel).await;
+        let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
+        cancel.cancel();
+        let drain = async {
+            publisher.close().await;
+            server.await
+        };
+        let served = match tokio::time::timeout(SHUTDOWN_DEADLINE, drain).await {
+            Ok(Ok(Ok(()))) => Ok(()),
+            Ok(Ok(Err(e))) => Err(AgentError::Http(e)),
+            Ok(Err(e)) => Err(AgentError::Internal(format!("the HTTP task: {e}"))),
+            Err(_) => {
+                tracing::warn!("agent shutdown deadline passed; exiting anyway");
+                Ok(())
+            }
+        };
+        tracing::info!("agent stopped");
+        result.and(served)
+    }
+}
+
+/// The systemd watchdog period to ping at, if one is set.
+fn watchdog_period() -> Option<Duration> {
+    let mut usec = 0u64;
+    sd_notify::watchdog_enabled(false, &mut usec)
+        .then(|| Duration::from_micros(usec / 2).max(Duration::from_millis(500)))
+}
+
+async fn scan_loop(
+    settings: &AgentSettings,
+    scanner: Scanner,
+    shared: &Arc<Shared>,
+    cancel: &CancellationToken,
+) -> Result<(), AgentError> {
+    let interval = settings.scan_interval.max(MIN_INTERVAL);
+    let watchdog = watchdog_period();
+    let mut scanner = Some(scanner);
+    let mut seq: u64 = 0;
+    let mut next = tokio::time::Instant::now();
+    let mut ready_sent = false;
+    let exec_base = settings.exec_base.display().to_string();
+    loop {
+        let now = tokio::time::Instant::now();
+        let wake = match watchdog {
+            Some(w) => next.min(now + w),
+            None => next,
+        };
+        tokio::select! {
+            _ = cancel.cancelled() => return Ok(()),
+            _ = tokio::time::sleep_until(wake) => {}
+        }
+        if watchdog.is_some() {
+            // from this loop, so a wedged loop stops the pings
+            let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]);
+        }
+        if tokio::time::Instant::now() < next {
+            continue;
+        }
+        next += interval;
+        if next < tokio::time::Instant::now() {
+            next = tokio::time::Instant::now() + interval;
+        }
+
+        let Some(mut s) = scanner.take() else {
+            return Err(AgentError::Internal("the scanner is gone".into()));
+        };
+        let (s, scan) = tokio::task::spawn_blocking(move || {
+            let scan = s.scan();
+            (s, scan)
+        })
+        .await
+        .map_err(|e| AgentError::Internal(format!("the scan failed: {e}")))?;
+        scanner = Some(s);
+        seq += 1;
+        observe(shared, &scan);
+
+        let worker = identity(settings, shared).await;
+        let report = AgentReport {
+            worker: worker.clone().unwrap_or_default(),
+            agent_version: env!("CARGO_PKG_VERSION").to_string(),
+            seq,
+            scan_started_at: scan.started_at,
+            scan_ms: scan.duration.as_millis().try_into().unwrap_or(u64::MAX),
+            exec_base: exec_base.clone(),
+            unreadable: scan.unreadable,
+            tasks: scan.tasks.clone(),
+        };
+        lock(&shared.status).last_scan = Some(scan);
+        if let Some(worker) = worker {
+            publish(shared, &worker, report).await;
+        }
+        shared.refresh_gauges();
+        if !ready_sent {
+            let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
+            ready_sent = true;
+        }
+    }
+}
+
+fn observe(shared: &Shared, scan: &Scan) {
+    let m = &shared.metrics;
+    m.scans_total.inc();
+    m.scan_duration_seconds.observe(scan.duration.as_secs_f64());
+    m.task_processes
+        .set(scan.task_processes.try_into().unwrap_or(i64::MAX));
+    m.unreadable_processes
+        .set(scan.unreadable.try_into().unwrap_or(i64::MAX));
+    let before = lock(&shared.status)
+        .last_scan
+        .as_ref()
+        .map_or(0, |s| s.unreadable);
+    if scan.unreadable > 0 && before == 0 {
+        tracing::warn!(
+            unreadable = scan.unreadable,
+            first_pids = ?scan.unreadable_pids,
+            why = scan.denied.as_deref().unwrap_or(""),
+            "some processes could not be read: the reports prove no absence"
+        );
+    } else if scan.unreadable == 0 && before > 0 {
+        tracing::info!("every process is readable again");
+    }
+}
+
+/// The worker this agent stands for: configured, or found among the
+/// registered workers by this host's addresses and kept once found.
+async fn identity(settings: &AgentSettings, shared: &Shared) -> Option<String> {
+    if let Some(w) = lock(&shared.status).worker.clone() {
+        return Some(w);
+    }
+    let problem = if !shared.publisher.connected() {
+        "agent.worker = \"auto\": waiting for the registry to find this host's worker".to_string()
+    } else {
+        match shared.publisher.workers().await {
+            Err(e) => format!("agent.worker = \"auto\": {e}"),
+            Ok(workers) => {
+                let me = HostIdentity::read(&settings.proc_root);
+                match pick(&workers, &me) {
+                    Pick::One(w) => {
+                        tracing::info!(worker = %w, "found this host's worker; publishing as it from now on");
+                        let mut st = lock(&shared.status);
+                        st.worker = Some(w.clone());
+                        st.worker_problem = None;
+                        return Some(w);
+                    }
+                    Pick::None => format!(
+                        "agent.worker = \"auto\": none of the {} registered worker(s) has one of this host's addresses {:?}{}; set agent.worker",
+                        workers.len(),
+                        me.addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+                        me.hostname.map(|h| format!(" or its name {h}")).unwrap_or_default(),
+                    ),
+                    Pick::Several(ws) => format!(
+                        "agent.worker = \"auto\": several registered workers are this host's ({}); set agent.worker",
+                        ws.join(", ")
+                    ),
+                }
+            }
+        }
+    };
+    let mut st = lock(&shared.status);
+    if st.worker_problem.as_deref() != Some(problem.as_str()) {
+        tracing::warn!(problem = %problem, "this host's worker is not known yet; retrying after each scan");
+        st.worker_problem = Some(problem);
+    }
+    None
+}
+
+async fn publish(shared: &Shared, worker: &str, report: AgentReport) {
+    let result = if shared.publisher.connected() {
+        shared.publisher.publish(worker, &report).await
+    } else {
+        Err(crate::publish::PublishError::new(
+            "not connected to the registry",
+        ))
+    };
+    let mut st = lock(&shared.status);
+    match result {
+        Ok(()) => {
+            if let Some(e) = st.publish_error.take() {
+                tracing::info!(previous_error = %e, "publishing again");
+            }
+            st.last_report = Some(report);
+        }
+        Err(e) => {
+            shared.metrics.publish_errors_total.inc();
+            if st.publish_error.is_none() {
+                tracing::warn!(error = %e, worker, "cannot publish the agent report; retrying after each scan");
+            }
+            st.publish_error = Some(e.to_string());
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! Test support, public so that integration tests, the benchmark and other
+//! crates' tests can use it: a fake proc tree written into a directory, and a
+//! [`ProcSource`] wrapper that denies chosen processes as the kernel does an
+//! agent without `CAP_SYS_PTRACE` (tests run as root, whom permissions do not
+//! stop).
+
+use crate::proc::{ProcSource, ProcStat, CAP_SYS_PTRACE};
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// A proc tree in a directory: `<root>/stat` with `btime`, and per process
+/// `<root>/<pid>/stat` and a `<root>/<pid>/cwd` symbolic link.
+#[derive(Debug, Clone)]
+pub struct FakeProc {
+    root: PathBuf,
+}
+
+/// The tick rate fake trees use.
+pub const FAKE_HZ: u64 = 100;
+
+impl FakeProc {
+    /// Creates the tree at `root` (which must exist) with boot time `btime`.
+    pub fn create(root: &Path, btime: i64) -> io::Result<FakeProc> {
+        std::fs::write(
+            root.join("stat"),
+            format!("cpu  1 2 3 4\nintr 0\nctxt 1\nbtime {btime}\nprocesses 9\n"),
+        )?;
+        Ok(FakeProc {
+            root: root.to_path_buf(),
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Adds (or replaces) process `pid` in state `state` (`S`, `R`, `Z`, ...)
+    /// started `start_ticks` clock ticks after boot, working in `cwd`.
+    pub fn add(&self, pid: i32, cwd: &Path, state: char, start_ticks: u64) -> io::Result<()> {
+        let dir = self.root.join(pid.to_string());
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(
+            dir.join("stat"),
+            format!(
+                "{pid} (sh -c (x)) {state} 1 {pid} {pid} 0 -1 4194304 100 0 0 0 0 0 0 0 20 0 1 0 {start_ticks} 4096 100 18446744073709551615 1 1 0 0 0 0 0\n"
+            ),
+        )?;
+        let link = dir.join("cwd");
+        match std::fs::remove_file(&link) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        std::os::unix::fs::symlink(cwd, link)
+    }
+
+    /// A process that ended and was reaped: its entry is gone.
+    pub fn remove(&self, pid: i32) -> io::Result<()> {
+        std::fs::remove_dir_all(self.root.join(pid.to_string()))
+    }
+
+    /// The agent's own status (its capabilities) at `<root>/self/status`.
+    pub fn set_capabilities(&self, cap_eff: u64) -> io::Result<()> {
+        let dir = self.root.join("self");
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(
+            dir.join("status"),
+            format!("Name:\tagent\nCapEff:\t{cap_eff:016x}\n"),
+        )
+    }
+
+    /// A [`crate::proc::ProcFs`] reading this tree.
+    pub fn source(&self) -> crate::proc::ProcFs {
+        crate::proc::ProcFs::new(&self.root).with_clock_ticks(FAKE_HZ)
+    }
+}
+
+/// Which error a denied process answers with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Denial {
+    /// EACCES (13).
+    Eacces,
+    /// EPERM (1).
+    Eperm,
+}
+
+impl Denial {
+    fn error(self) -> io::Error {
+        io::Error::from_raw_os_error(match self {
+            Denial::Eacces => 13,
+            Denial::Eperm => 1,
+        })
+    }
+}
+
+/// Which pids are denied; shared, so a test can change it while the agent runs.
+pub type DenySet = Arc<Mutex<BTreeMap<i32, Denial>>>;
+
+/// A source that answers EACCES/EPERM for the pids in its [`DenySet`] (their
+/// `cwd` and `stat`) and reports capabilities without `CAP_SYS_PTRACE`,
+/// as the kernel would to an agent lacking it.
+pub struct Denying<S> {
+    inner: S,
+    deny: DenySet,
+}
+
+impl<S: ProcSource> Denying<S> {
+    pub fn new(inner: S) -> (Denying<S>, DenySet) {
+        let deny = DenySet::default();
+        (
+            Denying {
+                inner,
+                deny: deny.clone(),
+            },
+            deny,
+        )
+    }
+
+    fn denied(&self, pid: i32) -> Option<io::Error> {
+        let set = self.deny.lock().unwrap_or_else(|e| e.into_inner());
+        set.get(&pid).map(|d| d.error())
+    }
+}
+
+impl<S: ProcSource> ProcSource for Denying<S> {
+    fn pids(&mut self) -> io::Result<Vec<i32>> {
+        self.inner.pids()
+    }
+
+    fn cwd(&mut self, pid: i32) -> io::Result<PathBuf> {
+        match self.denied(pid) {
+            Some(e) => Err(e),
+            None => self.inner.cwd(pid),
+        }
+    }
+
+    fn stat(&mut self, pid: i32) -> io::Result<ProcStat> {
+        match self.denied(pid) {
+            Some(e) => Err(e),
+            None => self.inner.stat(pid),
+        }
+    }
+
+    fn self_pid(&mut self) -> Option<i32> {
+        self.inner.self_pid()
+    }
+
+    fn boot_time(&mut self) -> io::Result<i64> {
+        self.inner.boot_time()
+    }
+
+    fn clock_ticks(&self) -> u64 {
+        self.inner.clock_ticks()
+    }
+
+    fn capabilities(&mut self) -> Option<u64> {
+        let any = !self
+            .deny
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty();
+        let caps = self.inner.capabilities();
+        if any {
+            caps.map(|c| c & !(1u64 << CAP_SYS_PTRACE))
+        } else {
+            caps
+        }
+    }
+
+    fn blind(&mut self) -> Option<String> {
+        self.inner.blind()
+    }
+}

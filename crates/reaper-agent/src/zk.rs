@@ -1,0 +1,458 @@
+//! Publishing into ZooKeeper, in a session of the agent's own (SPEC §12).
+//!
+//! A background task keeps one session after another, like reaper-zk's
+//! registry and election: connect (bounded in time, jittered backoff between
+//! failures), follow the session's state, and after an expiry or a close
+//! build a new session. Each session creates the agent's ephemeral node again
+//! the first time it publishes; a node left by an older session that the
+//! server has not expired yet (an agent restarted within the session timeout)
+//! is replaced, as DS's `persistEphemeral` replaces a server's.
+
+use crate::host::{host_part, RegisteredWorker};
+use crate::publish::{PublishError, Publisher};
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use reaper_core::agent::AgentReport;
+use reaper_core::registry::{classify, heartbeat, Backoff, LayoutMode, NodeClass};
+use reaper_core::{DsLine, NodeKind, Zone};
+use std::collections::BTreeSet;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use zookeeper_client as zk;
+
+/// Which ZooKeeper, and under which DS root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZkTarget {
+    /// Comma-separated ensemble (`zookeeper.connect`).
+    pub connect: String,
+    /// The DS root (`zookeeper.root`), a plain path prefix.
+    pub root: String,
+    pub session_timeout: Duration,
+    /// Every ZooKeeper call is bounded by this.
+    pub request_timeout: Duration,
+}
+
+impl ZkTarget {
+    /// SPEC §6 defaults: a 30 s session, 10 s per request.
+    pub fn new(connect: impl Into<String>, root: impl Into<String>) -> ZkTarget {
+        ZkTarget {
+            connect: connect.into(),
+            root: root.into(),
+            session_timeout: Duration::from_secs(30),
+            request_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// The root without a trailing slash ("" for "/"), always absolute.
+    fn root_prefix(&self) -> String {
+        let t = self.root.trim().trim_end_matches('/');
+        if t.is_empty() {
+            String::new()
+        } else if t.starts_with('/') {
+            t.to_string()
+        } else {
+            format!("/{t}")
+        }
+    }
+}
+
+const MIN_BACKOFF: Duration = Duration::from_millis(200);
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// The session in use and the agent nodes it has created.
+struct Live {
+    client: zk::Client,
+    owned: BTreeSet<String>,
+}
+
+struct Shared {
+    target: ZkTarget,
+    root: String,
+    /// `<root>/<agent.path>`.
+    dir: String,
+    mode: LayoutMode,
+    live: Mutex<Option<Live>>,
+    connected: AtomicBool,
+    expirations: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // only plain assignments happen under these locks
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Publishes agent reports into ZooKeeper; see the module doc.
+pub struct ZkPublisher {
+    shared: Arc<Shared>,
+    cancel: CancellationToken,
+    task: tokio::sync::Mutex<Option<JoinHandle<()>>>,
+}
+
+impl ZkPublisher {
+    /// Starts the session loop. `path` is `agent.path` (under the root);
+    /// `line`, when explicit, fixes the registry layout `workers` reads.
+    pub fn start(
+        target: ZkTarget,
+        path: &str,
+        line: Option<DsLine>,
+        cancel: CancellationToken,
+    ) -> ZkPublisher {
+        let root = target.root_prefix();
+        let dir = format!("{root}/{}", path.trim_matches('/'));
+        let shared = Arc::new(Shared {
+            target,
+            root,
+            dir,
+            mode: LayoutMode::for_line(line),
+            live: Mutex::new(None),
+            connected: AtomicBool::new(false),
+            expirations: AtomicU64::new(0),
+        });
+        let cancel = cancel.child_token();
+        let task = tokio::spawn(sessions(shared.clone(), cancel.clone()));
+        ZkPublisher {
+            shared,
+            cancel,
+            task: tokio::sync::Mutex::new(Some(task)),
+        }
+    }
+
+    /// The agent node's full path for `worker`.
+    pub fn node_path(&self, worker: &str) -> String {
+        format!("{}/{worker}", self.shared.dir)
+    }
+
+    /// Session expirations seen so far.
+    pub fn expirations(&self) -> u64 {
+        self.shared.expirations.load(Ordering::Relaxed)
+    }
+
+    /// The current session, for tests that expire it from outside (by
+    /// connecting with it and closing that connection).
+    pub fn session(&self) -> Option<zk::SessionInfo> {
+        lock(&self.shared.live)
+            .as_ref()
+            .map(|l| l.client.session().clone())
+    }
+
+    fn client(&self) -> Result<zk::Client, PublishError> {
+        if !self.shared.connected.load(Ordering::Relaxed) {
+            return Err(PublishError::new(format!(
+                "not connected to ZooKeeper {}",
+                self.shared.target.connect
+            )));
+        }
+        lock(&self.shared.live)
+            .as_ref()
+            .map(|l| l.client.clone())
+            .ok_or_else(|| PublishError::new("no ZooKeeper session"))
+    }
+
+    fn owned(&self, client: &zk::Client, path: &str) -> bool {
+        lock(&self.shared.live)
+            .as_ref()
+            .is_some_and(|l| l.client.session_id() == client.session_id() && l.owned.contains(path))
+    }
+
+    fn set_owned(&self, client: &zk::Client, path: &str, owned: bool) {
+        if let Some(l) = lock(&self.shared.live).as_mut() {
+            if l.client.session_id() == client.session_id() {
+                if owned {
+                    l.owned.insert(path.to_string());
+                } else {
+                    l.owned.remove(path);
+                }
+            }
+        }
+    }
+
+    async fn call<T>(
+        &self,
+        fut: impl std::future::Future<Output = Result<T, zk::Error>>,
+    ) -> Result<T, zk::Error> {
+        match tokio::time::timeout(self.shared.target.request_timeout, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(zk::Error::Timeout),
+        }
+    }
+
+    async fn publish_now(&self, worker: &str, data: &[u8]) -> Result<(), PublishError> {
+        if worker.is_empty() || worker.contains('/') {
+            return Err(PublishError::new(format!(
+                "bad worker node name {worker:?}"
+            )));
+        }
+        let client = self.client()?;
+        let path = self.node_path(worker);
+        let err = |what: &str, e: zk::Error| PublishError::new(format!("{what} {path}: {e}"));
+        if self.owned(&client, &path) {
+            match self.call(client.set_data(&path, data, None)).await {
+                Ok(_) => return Ok(()),
+                // deleted by someone, or the session that held it ended
+                Err(zk::Error::NoNode) => self.set_owned(&client, &path, false),
+                Err(e) => return Err(err("writing", e)),
+            }
+        }
+        let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+        match self.call(client.mkdir(&self.shared.dir, &persistent)).await {
+            Ok(()) | Err(zk::Error::NodeExists) => {}
+            Err(e) => return Err(err("creating the parent of", e)),
+        }
+        for _ in 0..3 {
+            match self.call(client.create(&path, data, &ephemeral)).await {
+                Ok(_) => {
+                    tracing::info!(node = %path, session = %client.session_id(), "agent node created");
+                    self.set_owned(&client, &path, true);
+                    return Ok(());
+                }
+                Err(zk::Error::NodeExists) => {}
+                Err(e) => return Err(err("creating", e)),
+            }
+            let stat = match self.call(client.check_stat(&path)).await {
+                Ok(Some(s)) => s,
+                Ok(None) => continue,
+                Err(e) => return Err(err("reading", e)),
+            };
+            if stat.ephemeral_owner == client.session_id().0 {
+                self.set_owned(&client, &path, true);
+                return self
+                    .call(client.set_data(&path, data, None))
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| err("writing", e));
+            }
+            tracing::warn!(
+                node = %path,
+                owner = format!("{:#x}", stat.ephemeral_owner),
+                "replacing an agent node of another session (an earlier run of this agent; if it \
+                 keeps happening, two agents publish for the same worker)"
+            );
+            match self.call(client.delete(&path, Some(stat.version))).await {
+                Ok(()) | Err(zk::Error::NoNode) | Err(zk::Error::BadVersion) => {}
+                Err(e) => return Err(err("replacing", e)),
+            }
+        }
+        Err(PublishError::new(format!("{path} keeps changing hands")))
+    }
+
+    async fn list_workers(&self) -> Result<Vec<RegisteredWorker>, PublishError> {
+        let client = self.client()?;
+        let root = &self.shared.root;
+        let mode = self.shared.mode;
+        let fail = |e: zk::Error| PublishError::new(format!("listing the workers: {e}"));
+        let mut nodes: Vec<String> = Vec::new();
+        let mut dirs = Vec::new();
+        if mode.legacy_allowed() {
+            dirs.push("/workers".to_string());
+        }
+        if mode.nodes_allowed() {
+            dirs.push("/nodes/worker".to_string());
+        }
+        for dir in dirs {
+            let kids = match self
+                .call(client.list_children(&format!("{root}{dir}")))
+                .await
+            {
+                Ok(k) => k,
+                Err(zk::Error::NoNode) => continue,
+                Err(e) => return Err(fail(e)),
+            };
+            for k in kids {
+                let rel = format!("{dir}/{k}");
+                if dir == "/workers" {
+                    nodes.push(rel);
+                    continue;
+                }
+                // a flat layout's worker (ephemeral) or a grouped layout's group
+                let (grand, stat) = match self
+                    .call(client.get_children(&format!("{root}{rel}")))
+                    .await
+                {
+                    Ok(r) => r,
+                    Err(zk::Error::NoNode) => continue,
+                    Err(e) => return Err(fail(e)),
+                };
+                match classify(mode, &rel, Some(stat.ephemeral_owner != 0)) {
+                    NodeClass::Server(key) if key.kind == NodeKind::Worker => nodes.push(rel),
+                    NodeClass::Group => {
+                        nodes.extend(grand.into_iter().map(|g| format!("{rel}/{g}")))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let mut out: Vec<RegisteredWorker> = Vec::new();
+        for rel in nodes {
+            let name = rel.rsplit('/').next().unwrap_or_default().to_string();
+            if name.is_empty() || out.iter().any(|w| w.name == name) {
+                // a worker in several groups has one node per group
+                continue;
+            }
+            let heartbeat_host = match self.call(client.get_data(&format!("{root}{rel}"))).await {
+                Ok((data, _)) => heartbeat::parse(&data, Zone::Local)
+                    .ok()
+                    .and_then(|(hb, _)| hb.address)
+                    .map(|a| host_part(&a).to_string()),
+                Err(zk::Error::NoNode) => continue,
+                Err(e) => return Err(fail(e)),
+            };
+            out.push(RegisteredWorker {
+                name,
+                heartbeat_host,
+            });
+        }
+        Ok(out)
+    }
+}
+
+impl Publisher for ZkPublisher {
+    fn publish<'a>(
+        &'a self,
+        worker: &'a str,
+        report: &'a AgentReport,
+    ) -> BoxFuture<'a, Result<(), PublishError>> {
+        async move { self.publish_now(worker, &report.to_json()).await }.boxed()
+    }
+
+    fn workers(&self) -> BoxFuture<'_, Result<Vec<RegisteredWorker>, PublishError>> {
+        self.list_workers().boxed()
+    }
+
+    fn connected(&self) -> bool {
+        self.shared.connected.load(Ordering::Relaxed)
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        async move {
+            self.cancel.cancel();
+            if let Some(t) = self.task.lock().await.take() {
+                let _ = t.await;
+            }
+        }
+        .boxed()
+    }
+}
+
+/// How one session ended.
+enum Ended {
+    Cancelled,
+    Expired,
+    Other(String),
+}
+
+/// One session after another until cancelled.
+async fn sessions(shared: Arc<Shared>, cancel: CancellationToken) {
+    let seed = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    let mut backoff = Backoff::new(MIN_BACKOFF, MAX_BACKOFF, seed);
+    let t = &shared.target;
+    let mut failing = false;
+    while !cancel.is_cancelled() {
+        let connect = zk::Client::connector()
+            .with_session_timeout(t.session_timeout)
+            .with_fail_eagerly()
+            .connect(&t.connect);
+        let client = tokio::select! {
+            _ = cancel.cancelled() => break,
+            r = tokio::time::timeout(t.session_timeout + t.request_timeout, connect) => r,
+        };
+        let client = match client {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
+                if !failing {
+                    tracing::warn!(error = %e, connect = %t.connect, "agent cannot connect to ZooKeeper; retrying");
+                }
+                failing = true;
+                if sleep(&cancel, backoff.next_delay()).await {
+                    break;
+                }
+                continue;
+            }
+            Err(_) => {
+                tracing::warn!(connect = %t.connect, "agent: connecting to ZooKeeper timed out; retrying");
+                failing = true;
+                if sleep(&cancel, backoff.next_delay()).await {
+                    break;
+                }
+                continue;
+            }
+        };
+        failing = false;
+        backoff.reset();
+        tracing::info!(session = %client.session_id(), connect = %t.connect, "agent ZooKeeper session established");
+        let mut states = client.state_watcher();
+        *lock(&shared.live) = Some(Live {
+            client: client.clone(),
+            owned: BTreeSet::new(),
+        });
+        shared.connected.store(true, Ordering::Relaxed);
+        let ended = loop {
+            tokio::select! {
+                _ = cancel.cancelled() => break Ended::Cancelled,
+                s = states.changed() => match s {
+                    zk::SessionState::SyncConnected => {
+                        tracing::info!("agent ZooKeeper session reconnected");
+                        shared.connected.store(true, Ordering::Relaxed);
+                    }
+                    zk::SessionState::Disconnected | zk::SessionState::ConnectedReadOnly => {
+                        tracing::warn!(state = %s, "agent ZooKeeper session disconnected");
+                        shared.connected.store(false, Ordering::Relaxed);
+                    }
+                    zk::SessionState::Expired => break Ended::Expired,
+                    zk::SessionState::Closed => break Ended::Other("ZooKeeper session closed".into()),
+                    zk::SessionState::AuthFailed => break Ended::Other("ZooKeeper authentication failed".into()),
+                },
+            }
+        };
+        shared.connected.store(false, Ordering::Relaxed);
+        lock(&shared.live).take();
+        match ended {
+            Ended::Cancelled => {
+                close(client).await;
+                break;
+            }
+            Ended::Expired => {
+                shared.expirations.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    "agent ZooKeeper session expired; a new session creates the agent node again"
+                );
+                drop(client);
+            }
+            Ended::Other(why) => {
+                tracing::warn!(reason = %why, "agent ZooKeeper session ended; building a new one");
+                drop(client);
+                if sleep(&cancel, backoff.next_delay()).await {
+                    break;
+                }
+            }
+        }
+    }
+    shared.connected.store(false, Ordering::Relaxed);
+    lock(&shared.live).take();
+}
+
+/// Sleeps unless cancelled first; true when cancelled.
+async fn sleep(cancel: &CancellationToken, d: Duration) -> bool {
+    tokio::select! {
+        _ = cancel.cancelled() => true,
+        _ = tokio::time::sleep(d) => false,
+    }
+}
+
+/// Closes a session at once: its ephemeral nodes go now, not after the timeout.
+async fn close(client: zk::Client) {
+    let mut states = client.state_watcher();
+    drop(client);
+    let _ = tokio::time::timeout(Duration::from_secs(3), async {
+        while !states.peek_state().is_terminated() {
+            states.changed().await;
+        }
+    })
+    .await;
+}

@@ -1,0 +1,155 @@
+//! Helpers of the agent's tests against a real ZooKeeper and real processes.
+#![allow(dead_code)]
+
+use reaper_agent::{AgentRegistry, AgentSettings, ZkTarget};
+use reaper_core::agent::AgentReport;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use zookeeper_client as zk;
+
+pub const WAIT: Duration = Duration::from_secs(30);
+
+/// The shared test ZooKeeper (`DS_TEST_ZK`, from deploy/dev/env.sh), or None
+/// outside CI when it is unreachable; under CI=true that is a failure.
+pub async fn shared_zk() -> Option<String> {
+    let addr = std::env::var("DS_TEST_ZK").unwrap_or_else(|_| "127.0.0.1:2181".to_string());
+    let port: u16 = addr
+        .split(',')
+        .next()
+        .and_then(|a| a.rsplit(':').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(2181);
+    if ds_sim::zkserver::ruok(port).await {
+        return Some(addr);
+    }
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("ZooKeeper at {addr} (DS_TEST_ZK) is unreachable and CI=true");
+    }
+    eprintln!(
+        "SKIPPED: ZooKeeper at {addr} (DS_TEST_ZK) is unreachable; run deploy/dev/services.sh start"
+    );
+    None
+}
+
+static N: AtomicU64 = AtomicU64::new(0);
+
+/// A root of its own for each test: `/t-agent-<unique>/dolphinscheduler`.
+pub fn unique_root() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "/t-agent-{}-{}-{}/dolphinscheduler",
+        std::process::id(),
+        nanos,
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+pub fn target(zk: &str, root: &str) -> ZkTarget {
+    ZkTarget {
+        session_timeout: Duration::from_secs(10),
+        request_timeout: Duration::from_secs(5),
+        ..ZkTarget::new(zk, root)
+    }
+}
+
+/// Settings for a test: a fast scan, the real /proc, an ephemeral port.
+pub fn settings(zk: &str, root: &str, exec_base: &Path, worker: Option<&str>) -> AgentSettings {
+    AgentSettings {
+        worker: worker.map(str::to_string),
+        exec_base: exec_base.to_path_buf(),
+        scan_interval: Duration::from_millis(200),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..AgentSettings::new(AgentRegistry::ZooKeeper(target(zk, root)))
+    }
+}
+
+/// A listener on an ephemeral port, and its address for HTTP calls.
+pub async fn listener() -> (tokio::net::TcpListener, String) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = format!("http://{}", l.local_addr().unwrap());
+    (l, addr)
+}
+
+pub async fn client(zk: &str) -> zk::Client {
+    zk::Client::connector()
+        .with_session_timeout(Duration::from_secs(10))
+        .connect(zk)
+        .await
+        .expect("a ZooKeeper session for the test")
+}
+
+/// The agent node's report, or None while the node does not exist.
+pub async fn report(c: &zk::Client, path: &str) -> Option<(AgentReport, zk::Stat)> {
+    match c.get_data(path).await {
+        Ok((data, stat)) => Some((
+            AgentReport::parse(path, &data).expect("a valid report"),
+            stat,
+        )),
+        Err(zk::Error::NoNode) => None,
+        Err(e) => panic!("reading {path}: {e}"),
+    }
+}
+
+/// Polls the node until `pred` holds for its report; panics after `WAIT`.
+pub async fn wait_report(
+    c: &zk::Client,
+    path: &str,
+    what: &str,
+    pred: impl Fn(&AgentReport) -> bool,
+) -> (AgentReport, zk::Stat) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut last = None;
+    loop {
+        if let Some((r, stat)) = report(c, path).await {
+            if pred(&r) {
+                return (r, stat);
+            }
+            last = Some(r);
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out after {WAIT:?} waiting for {what}; last report of {path}: {last:#?}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Polls until `f` holds; panics after `WAIT`.
+pub async fn wait_until<F, Fut>(what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !f().await {
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out after {WAIT:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// GET `url`: the status and the body.
+pub async fn get(url: &str) -> (u16, String) {
+    let r = reqwest::get(url)
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    let status = r.status().as_u16();
+    (status, r.text().await.unwrap_or_default())
+}
+
+/// The value of an unlabelled sample in a Prometheus exposition.
+pub fn sample(metrics: &str, name: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// Removes a test's tree from the shared ZooKeeper.
+pub async fn cleanup(zk: &str, root: &str) {
+    let top = root.trim_end_matches("/dolphinscheduler");
+    let _ = ds_sim::zk::delete_tree(zk, top).await;
+}
