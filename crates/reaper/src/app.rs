@@ -1,12 +1,14 @@
 //! Building the adapters from the settings, and the `run` daemon: sweeper
 //! loop, HTTP server, systemd notifications and graceful shutdown.
 
+use crate::config::RegistryKind;
 use crate::config::{Settings, VersionSetting};
 use crate::engine::{next_deadline, Engine, Ports, SharedEngine, Trigger};
 use crate::metrics::Metrics;
 use anyhow::Context;
-use reaper_core::ports::{Leadership, SystemClock};
+use reaper_core::ports::{Leadership, RegistrySource, SystemClock};
 use reaper_core::{RegistryView, ViewState};
+use reaper_etcd::{EtcdLeader, EtcdRegistry, EtcdSettings};
 use reaper_sql::{Db, DbSettings, SqlStore};
 use reaper_zk::{LeaderElection, Registry, ZkSettings};
 use std::sync::Arc;
@@ -46,6 +48,77 @@ pub fn db_settings(s: &Settings) -> DbSettings {
     }
 }
 
+pub fn etcd_settings(s: &Settings) -> EtcdSettings {
+    let mut e = EtcdSettings::new(s.etcd.endpoints.clone());
+    e.namespace = s.etcd.namespace.clone();
+    e.user = s.etcd.user.clone();
+    e.password = s
+        .etcd
+        .password_file
+        .as_ref()
+        .map(|f| f.secret().expose().to_string());
+    e.lease_ttl = s.etcd.lease_ttl;
+    e.request_timeout = Duration::from_secs(10).min(s.etcd.lease_ttl.max(Duration::from_secs(2)));
+    e.line = match s.dolphinscheduler.version {
+        VersionSetting::Line(l) => Some(l),
+        VersionSetting::Auto => None,
+    };
+    e.zone = s.dolphinscheduler.time_zone;
+    e.agents = Some((s.agent.path.clone(), s.reconcile.agent_stale_after));
+    e
+}
+
+/// This replica's id in the election: host name and pid.
+fn replica_id() -> String {
+    format!(
+        "{}:{}",
+        std::env::var("HOSTNAME").unwrap_or_else(|_| "ds-reaper".into()),
+        std::process::id()
+    )
+}
+
+/// The registry configured by `[registry] type` and, with `elect`, its
+/// leader election.
+fn registry(
+    settings: &Settings,
+    cancel: &CancellationToken,
+    elect: bool,
+) -> anyhow::Result<(Arc<dyn RegistrySource>, Option<Arc<dyn Leadership>>)> {
+    let elect = elect && settings.leader.enabled;
+    Ok(match settings.registry.kind {
+        RegistryKind::Zookeeper => {
+            let zk = zk_settings(settings);
+            let registry = Registry::start(zk.clone(), cancel.child_token());
+            let leader = elect.then(|| {
+                Arc::new(LeaderElection::start(
+                    zk,
+                    settings.leader.path.clone(),
+                    replica_id(),
+                    cancel.child_token(),
+                )) as Arc<dyn Leadership>
+            });
+            (Arc::new(registry), leader)
+        }
+        RegistryKind::Etcd => {
+            let es = etcd_settings(settings);
+            let registry = EtcdRegistry::start(es.clone(), cancel.child_token());
+            let leader = elect.then(|| {
+                Arc::new(EtcdLeader::start(
+                    es,
+                    settings.leader.path.clone(),
+                    replica_id(),
+                    cancel.child_token(),
+                )) as Arc<dyn Leadership>
+            });
+            (Arc::new(registry), leader)
+        }
+        other => anyhow::bail!(
+            "registry.type = {:?} is not supported by this build",
+            other.as_str()
+        ),
+    })
+}
+
 /// Builds the engine on the real adapters; with `elect`, also joins the
 /// leader election.
 pub fn build(
@@ -54,24 +127,10 @@ pub fn build(
     elect: bool,
 ) -> anyhow::Result<SharedEngine> {
     let db = Db::connect_lazy(&db_settings(&settings)).context("database")?;
-    let zk = zk_settings(&settings);
-    let registry = Registry::start(zk.clone(), cancel.child_token());
-    let leader = (elect && settings.leader.enabled).then(|| {
-        let id = format!(
-            "{}:{}",
-            std::env::var("HOSTNAME").unwrap_or_else(|_| "ds-reaper".into()),
-            std::process::id()
-        );
-        Arc::new(LeaderElection::start(
-            zk,
-            settings.leader.path.clone(),
-            id,
-            cancel.child_token(),
-        )) as Arc<dyn Leadership>
-    });
+    let (registry, leader) = registry(&settings, cancel, elect)?;
     let ports = Ports {
         store: Arc::new(SqlStore::new(db)),
-        registry: Arc::new(registry),
+        registry,
         leader,
         clock: Arc::new(SystemClock),
     };

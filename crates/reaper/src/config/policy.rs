@@ -134,7 +134,7 @@ impl Settings {
     /// that would use it to refuse (`config check` accepts it: the key is valid).
     pub fn unsupported(&self) -> Option<String> {
         match self.registry.kind {
-            RegistryKind::Zookeeper => None,
+            RegistryKind::Zookeeper | RegistryKind::Etcd => None,
             other => Some(format!(
                 "registry.type = {:?} is not supported by this build yet; use \"zookeeper\"",
                 other.as_str()
