@@ -4,10 +4,13 @@
 #     rules rendered with short `for:` durations still load;
 #   - systemd: `systemd-analyze verify` of the unit (on a copy whose ExecStart
 #     points at a binary that exists), its hardening directives, its exposure
-#     score, and the sysusers entry;
+#     score, and the sysusers entry; the agent's unit: verify, its two
+#     capabilities and nothing that hides other processes from it;
 #   - Dockerfile: hadolint when installed, its required shape, and the
 #     dependency-cache skeleton it builds (every target stub cargo expects);
-#   - Kubernetes YAML: parses, probes, ports, resources, references, and the
+#   - Kubernetes YAML: parses, probes, ports, resources, references (the
+#     agent's worker-pod sidecar: shared process namespace, its two
+#     capabilities), and the
 #     ConfigMap's config.toml against the SPEC §6 keys (and against the real
 #     binary's `config check` when one is built);
 #   - Grafana dashboard: valid JSON, importable shape, every query parses as
@@ -145,6 +148,29 @@ if command -v systemd-sysusers >/dev/null; then
   fi
 else
   skip "systemd-sysusers not installed"
+fi
+# The agent's unit (SPEC §11): the two capabilities and nothing more, and
+# nothing that would hide other users' processes, /proc or the host's network.
+AUNIT=deploy/systemd/ds-reaper-agent.service
+for d in 'Type=notify' 'WatchdogSec=' 'User=ds-reaper' 'NoNewPrivileges=yes' 'ProtectSystem=strict' \
+         'AmbientCapabilities=CAP_SYS_PTRACE CAP_DAC_READ_SEARCH' \
+         'CapabilityBoundingSet=CAP_SYS_PTRACE CAP_DAC_READ_SEARCH' \
+         'ExecStart=/usr/local/bin/ds-reaper --config /etc/ds-reaper/config.toml agent'; do
+  grep -qxF -- "$d" "$AUNIT" || grep -qx -- "${d}.*" "$AUNIT" || fail "$AUNIT lacks '$d'"
+done
+if grep -qE '^(ProtectProc=(invisible|noaccess|ptraceable)|ProcSubset=pid|PrivateUsers=|PrivateNetwork=yes)' "$AUNIT"; then
+  fail "$AUNIT hides processes, /proc or the host's network from the agent"
+fi
+if command -v systemd-analyze >/dev/null; then
+  cp "$AUNIT" "$TMP/ds-reaper-agent.service"
+  sed -i "s#^ExecStart=/usr/local/bin/ds-reaper #ExecStart=${bin:-/bin/true} #" "$TMP/ds-reaper-agent.service"
+  out=$(cd "$TMP" && systemd-analyze verify --man=no ./ds-reaper-agent.service 2>&1)
+  rc=$?
+  if [ $rc -ne 0 ] || echo "$out" | grep -q 'ds-reaper-agent.service'; then
+    fail "systemd-analyze verify $AUNIT, rc=$rc:"; echo "$out" >&2
+  else
+    ok "systemd-analyze verify ds-reaper-agent.service"
+  fi
 fi
 
 # ---------------------------------------------------------------- Dockerfile
@@ -428,6 +454,44 @@ if os.environ.get("HAVE_YAML") == "1":
             yaml.safe_dump(sts, out)
     else:
         fail(k + "sidecar.yaml missing or empty")
+    # The agent's worker-pod sidecar (SPEC §11, §12) and its ConfigMap.
+    a = k + "agent-sidecar.yaml"
+    apod = ((docs.get(a) or [{}])[0].get("spec") or {}).get("template", {}).get("spec", {})
+    ac = containers(apod).get("ds-reaper-agent")
+    if apod.get("shareProcessNamespace") is not True:
+        fail(a + ": shareProcessNamespace is not true")
+    if ac is None:
+        fail(a + ": no container named ds-reaper-agent")
+    else:
+        if (ac.get("args") or [])[-1:] != ["agent"]:
+            fail(a + f": args {ac.get('args')} do not run the agent command")
+        aports = {p.get("name"): p.get("containerPort") for p in ac.get("ports", [])}
+        for probe, want_path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+            get = (ac.get(probe) or {}).get("httpGet") or {}
+            if get.get("path") != want_path or get.get("port") not in ("agent-http", aports.get("agent-http")):
+                fail(a + f": {probe} is not GET {want_path} on agent-http: {get}")
+        asc = ac.get("securityContext") or {}
+        caps = asc.get("capabilities") or {}
+        if caps.get("drop") != ["ALL"] or sorted(caps.get("add") or []) != ["DAC_READ_SEARCH", "SYS_PTRACE"]:
+            fail(a + f": capabilities must drop ALL and add exactly SYS_PTRACE, DAC_READ_SEARCH: {caps}")
+        if asc.get("allowPrivilegeEscalation") is not False:
+            fail(a + ": allowPrivilegeEscalation is not false")
+    acm = [d for d in docs.get(k + "agent-configmap.yaml", []) if d.get("kind") == "ConfigMap"]
+    mounted = {v.get("configMap", {}).get("name") for v in apod.get("volumes", [])}
+    if not acm or acm[0].get("metadata", {}).get("name") not in mounted:
+        fail(k + "agent-configmap.yaml: no ConfigMap that agent-sidecar.yaml mounts")
+    else:
+        import tomllib
+        try:
+            acfg = tomllib.loads(acm[0].get("data", {}).get("config.toml", ""))
+            if set(acfg.get("agent", {})) - {"worker", "exec_base", "scan_interval", "path", "listen"}:
+                fail(k + "agent-configmap.yaml: unknown [agent] keys")
+            with open(os.path.join(os.environ["TMPDIR_CFG"], "k8s-agent-config.toml"), "w") as out:
+                out.write(acm[0]["data"]["config.toml"])
+        except tomllib.TOMLDecodeError as e:
+            fail(k + f"agent-configmap.yaml: config.toml does not parse: {e}")
+    ok("Kubernetes agent sidecar: shareProcessNamespace, probes, exactly SYS_PTRACE and DAC_READ_SEARCH")
+
     deps = [d for d in docs.get(k + "deployment.yaml", []) if d.get("kind") == "Deployment"]
     if not deps:
         fail(k + "deployment.yaml has no Deployment")
@@ -526,6 +590,14 @@ if [ -n "$bin" ] && [ -f "$TMP/k8s-config.toml" ]; then
   fi
 else
   skip "no working ds-reaper binary in target/: ConfigMap not checked by 'config check'"
+fi
+# ... and the agent's, once the binary has the agent command.
+if [ -n "$bin" ] && [ -f "$TMP/k8s-agent-config.toml" ] && "$bin" --help 2>/dev/null | grep -qw agent; then
+  if out=$("$bin" --config "$TMP/k8s-agent-config.toml" config check 2>&1); then
+    ok "$bin config check accepts agent-configmap.yaml's config.toml"
+  else
+    fail "$bin config check rejects deploy/kubernetes/agent-configmap.yaml's config.toml:"; echo "$out" >&2
+  fi
 fi
 
 echo
