@@ -247,13 +247,22 @@ async fn index(State(e): State<SharedEngine>) -> Html<String> {
         .ok()
         .and_then(|r| r.ok())
         .unwrap_or_default();
+    let (zombie_reasons, history) = {
+        let st = e.status_read();
+        (
+            crate::page::tally(st.zombies.iter().map(|z| z.reason.as_str())),
+            st.history.iter().copied().collect(),
+        )
+    };
     Html(crate::page::render(&crate::page::Page {
         status: StatusView::new(&e),
         workers: e.workers_view(),
         zombies,
         zombies_total: total,
+        zombie_reasons,
         workflows: workflow_views(&e),
         recent,
+        history,
         now: e.now(),
     }))
 }
