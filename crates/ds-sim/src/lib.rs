@@ -7,6 +7,7 @@
 
 pub mod db;
 pub mod etcd;
+pub mod jdbc;
 pub mod procs;
 pub mod schema;
 pub mod zk;
