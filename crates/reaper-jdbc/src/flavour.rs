@@ -1,0 +1,280 @@
+//! The three shapes DS's database registry has had, and DS's own rule for
+//! whether a row stands for a live server in each (SPEC §14, reference §3.5).
+//! Pure: the rules are tested here with plain values.
+//!
+//! - **3.1** `t_ds_mysql_registry_data` (MySQL only) and **3.2**
+//!   `t_ds_jdbc_registry_data`: an ephemeral row (`type`/`data_type` 1) is
+//!   kept alive by its server refreshing `last_term` (epoch ms, the server's
+//!   clock) every `registry.term-refresh-interval` (2 s); every live server
+//!   deletes ephemeral rows whose `last_term` is older than
+//!   term-refresh-interval × term-expire-times (6 s). DS's readers take a
+//!   row's presence as life; ds-reaper also requires the term to be fresh, so
+//!   a crashed server's row counts as gone when no live server is left to
+//!   delete it.
+//! - **3.3+** (dev) `t_ds_jdbc_registry_data` with `client_id` and
+//!   `t_ds_jdbc_registry_client_heartbeat`: rows carry no term; a server's
+//!   client refreshes `last_heartbeat_time` every
+//!   `registry.heartbeat-refresh-interval` (3 s), and a client is dead when
+//!   `now − last_heartbeat_time > sessionTimeout` (its `connection_config`,
+//!   60 s by default), whereupon live servers purge its ephemeral rows. DS has
+//!   left dead servers' rows behind (reference §8), so here a row is live
+//!   only while its client's heartbeat is fresh, and a row whose client has
+//!   no heartbeat row is dead.
+
+use reaper_core::DsLine;
+use std::fmt;
+use std::time::Duration;
+
+/// DS's default `sessionTimeout` (dev `JdbcRegistryClientHeartbeatDTO.ClientConfig`),
+/// used when a client's `connection_config` cannot be read.
+pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Which registry tables a database holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Flavour {
+    /// 3.1's MySQL registry: `t_ds_mysql_registry_data` with `last_term`.
+    MySql31,
+    /// 3.2's JDBC registry: `t_ds_jdbc_registry_data` with `last_term`.
+    Term32,
+    /// 3.3+'s JDBC registry: `t_ds_jdbc_registry_data` with `client_id`, and
+    /// `t_ds_jdbc_registry_client_heartbeat`.
+    Client33,
+}
+
+impl Flavour {
+    /// The flavour DS uses on an explicitly configured line; None for lines
+    /// that had no database registry (before 3.1).
+    pub fn for_line(line: DsLine) -> Option<Flavour> {
+        match line {
+            DsLine::V3_1_0 | DsLine::V3_1 => Some(Flavour::MySql31),
+            DsLine::V3_2 => Some(Flavour::Term32),
+            DsLine::V3_3 => Some(Flavour::Client33),
+            _ => None,
+        }
+    }
+
+    /// The lines that use this flavour.
+    pub fn lines(self) -> &'static [DsLine] {
+        match self {
+            Flavour::MySql31 => &[DsLine::V3_1_0, DsLine::V3_1],
+            Flavour::Term32 => &[DsLine::V3_2],
+            Flavour::Client33 => &[DsLine::V3_3],
+        }
+    }
+
+    /// The table whose rows are the registry's nodes.
+    pub fn data_table(self) -> &'static str {
+        match self {
+            Flavour::MySql31 => "t_ds_mysql_registry_data",
+            Flavour::Term32 | Flavour::Client33 => "t_ds_jdbc_registry_data",
+        }
+    }
+
+    /// Picks the flavour from the catalog: `(table, column)` pairs of the
+    /// registry tables in the connected schema (lower case). The newest shape
+    /// wins (a 3.1 → 3.2 upgrade may leave 3.1's table behind).
+    pub fn from_catalog<'a>(cols: impl IntoIterator<Item = (&'a str, &'a str)>) -> Option<Flavour> {
+        let (mut jdbc_client, mut jdbc_term, mut heartbeat, mut mysql_term) =
+            (false, false, false, false);
+        for (t, c) in cols {
+            match (t, c) {
+                ("t_ds_jdbc_registry_data", "client_id") => jdbc_client = true,
+                ("t_ds_jdbc_registry_data", "last_term") => jdbc_term = true,
+                ("t_ds_jdbc_registry_client_heartbeat", "last_heartbeat_time") => heartbeat = true,
+                ("t_ds_mysql_registry_data", "last_term") => mysql_term = true,
+                _ => {}
+            }
+        }
+        if jdbc_client && heartbeat {
+            Some(Flavour::Client33)
+        } else if jdbc_term {
+            Some(Flavour::Term32)
+        } else if mysql_term {
+            Some(Flavour::MySql31)
+        } else {
+            None
+        }
+    }
+}
+
+impl fmt::Display for Flavour {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Flavour::MySql31 => "3.1 MySQL registry (t_ds_mysql_registry_data)",
+            Flavour::Term32 => "3.2 JDBC registry (t_ds_jdbc_registry_data, last_term)",
+            Flavour::Client33 => {
+                "3.3 JDBC registry (t_ds_jdbc_registry_data, t_ds_jdbc_registry_client_heartbeat)"
+            }
+        })
+    }
+}
+
+/// What a row says about its server's life.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Term {
+    /// 3.1/3.2: the row's `last_term`, epoch ms.
+    LastTerm(i64),
+    /// 3.3+: the row's client's heartbeat, if the client has a heartbeat row.
+    Client(Option<ClientBeat>),
+}
+
+/// One `t_ds_jdbc_registry_client_heartbeat` row, as far as liveness goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientBeat {
+    /// `last_heartbeat_time`, epoch ms.
+    pub last_heartbeat_ms: i64,
+    /// `connection_config`'s `sessionTimeout`; None when it cannot be read.
+    pub session_timeout: Option<Duration>,
+}
+
+impl ClientBeat {
+    /// Reads `connection_config` (`{"sessionTimeout":60000}`).
+    pub fn parse_session_timeout(config: &str) -> Option<Duration> {
+        let v: serde_json::Value = serde_json::from_str(config).ok()?;
+        let ms = v.get("sessionTimeout")?.as_i64()?;
+        (ms > 0).then(|| Duration::from_millis(ms as u64))
+    }
+}
+
+/// Why a row does not stand for a live server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dead {
+    /// 3.1/3.2: `last_term` older than `expire_after`.
+    TermExpired,
+    /// 3.3+: the client's heartbeat is older than its session timeout.
+    HeartbeatExpired,
+    /// 3.3+: the client has no heartbeat row (purged, or deregistered).
+    NoClient,
+}
+
+impl Term {
+    /// DS's rule for the row at `now_ms` (the daemon's clock, epoch ms).
+    /// `expire_after` applies to 3.1/3.2 rows only.
+    pub fn judge(&self, now_ms: i64, expire_after: Duration) -> Result<(), Dead> {
+        match self {
+            // DS deletes `last_term < now − window`: alive while now − last_term ≤ window.
+            Term::LastTerm(t) => {
+                if now_ms.saturating_sub(*t) <= millis(expire_after) {
+                    Ok(())
+                } else {
+                    Err(Dead::TermExpired)
+                }
+            }
+            Term::Client(None) => Err(Dead::NoClient),
+            // DS's `isDead()`: now − lastHeartbeatTime > sessionTimeout.
+            Term::Client(Some(beat)) => {
+                let timeout = beat.session_timeout.unwrap_or(DEFAULT_SESSION_TIMEOUT);
+                if now_ms.saturating_sub(beat.last_heartbeat_ms) <= millis(timeout) {
+                    Ok(())
+                } else {
+                    Err(Dead::HeartbeatExpired)
+                }
+            }
+        }
+    }
+
+    /// How far the row's time lies ahead of `now_ms` (a clock skew hint).
+    pub fn ahead_of(&self, now_ms: i64) -> Option<Duration> {
+        let t = match self {
+            Term::LastTerm(t) => *t,
+            Term::Client(Some(b)) => b.last_heartbeat_ms,
+            Term::Client(None) => return None,
+        };
+        (t > now_ms).then(|| Duration::from_millis((t - now_ms) as u64))
+    }
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S6: Duration = Duration::from_secs(6);
+
+    #[test]
+    fn flavour_from_catalog_prefers_the_newest_shape() {
+        let f = |cols: &[(&str, &str)]| Flavour::from_catalog(cols.iter().copied());
+        assert_eq!(f(&[]), None);
+        assert_eq!(
+            f(&[("t_ds_mysql_registry_data", "last_term")]),
+            Some(Flavour::MySql31)
+        );
+        let both = [
+            ("t_ds_mysql_registry_data", "last_term"),
+            ("t_ds_jdbc_registry_data", "last_term"),
+        ];
+        assert_eq!(f(&both), Some(Flavour::Term32));
+        let dev = [
+            ("t_ds_jdbc_registry_data", "client_id"),
+            ("t_ds_jdbc_registry_client_heartbeat", "last_heartbeat_time"),
+        ];
+        assert_eq!(f(&dev), Some(Flavour::Client33));
+        // client_id without the heartbeat table is no registry ds-reaper can judge
+        assert_eq!(f(&dev[..1]), None);
+    }
+
+    #[test]
+    fn lines_and_flavours_agree() {
+        for line in DsLine::ALL {
+            if let Some(fl) = Flavour::for_line(line) {
+                assert!(fl.lines().contains(&line), "{line:?}");
+            } else {
+                assert!(line < DsLine::V3_1_0, "{line:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn term_rule_is_dss_delete_rule() {
+        let now = 1_700_000_010_000;
+        let t = |ms| Term::LastTerm(ms).judge(now, S6);
+        assert_eq!(t(now), Ok(()));
+        assert_eq!(t(now - 6_000), Ok(()), "DS deletes last_term < now - 6 s");
+        assert_eq!(t(now - 6_001), Err(Dead::TermExpired));
+        // a term from the future (a DS host's clock ahead) is live
+        assert_eq!(t(now + 3_000), Ok(()));
+        assert_eq!(
+            Term::LastTerm(now + 3_000).ahead_of(now),
+            Some(Duration::from_secs(3))
+        );
+        assert_eq!(Term::LastTerm(now).ahead_of(now), None);
+    }
+
+    #[test]
+    fn client_rule_is_dss_is_dead() {
+        let now = 1_700_000_100_000;
+        let beat = |age_ms: i64, cfg: &str| {
+            Term::Client(Some(ClientBeat {
+                last_heartbeat_ms: now - age_ms,
+                session_timeout: ClientBeat::parse_session_timeout(cfg),
+            }))
+            .judge(now, S6)
+        };
+        assert_eq!(beat(5_000, r#"{"sessionTimeout":5000}"#), Ok(()));
+        assert_eq!(
+            beat(5_001, r#"{"sessionTimeout":5000}"#),
+            Err(Dead::HeartbeatExpired)
+        );
+        // expire_after plays no part on 3.3
+        assert_eq!(beat(30_000, r#"{"sessionTimeout":60000}"#), Ok(()));
+        // an unreadable config falls back to DS's default of 60 s
+        assert_eq!(beat(59_000, "garbage"), Ok(()));
+        assert_eq!(beat(61_000, "{}"), Err(Dead::HeartbeatExpired));
+        assert_eq!(Term::Client(None).judge(now, S6), Err(Dead::NoClient));
+    }
+
+    #[test]
+    fn session_timeout_parsing() {
+        let p = ClientBeat::parse_session_timeout;
+        assert_eq!(
+            p(r#"{"sessionTimeout":60000}"#),
+            Some(Duration::from_secs(60))
+        );
+        assert_eq!(p(r#"{"sessionTimeout":-1}"#), None);
+        assert_eq!(p(r#"{"other":1}"#), None);
+        assert_eq!(p(""), None);
+    }
+}

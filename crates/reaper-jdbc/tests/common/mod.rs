@@ -1,0 +1,165 @@
+//! Helpers shared by the integration tests (real MariaDB and PostgreSQL,
+//! from `deploy/dev/services.sh start; source deploy/dev/env.sh`).
+#![allow(dead_code)]
+
+pub mod proxy;
+
+use ds_sim::db::{server_url, SimKind};
+use ds_sim::jdbc::{JdbcSimOptions, SimRegistryDb};
+use reaper_core::{DsLine, RegistryView, Zone};
+use reaper_jdbc::{JdbcRegistry, JdbcSettings};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub const WAIT: Duration = Duration::from_secs(30);
+/// The tests' poll interval.
+pub const POLL: Duration = Duration::from_millis(200);
+/// The tests' 3.1/3.2 expiry window, and 3.3 session timeout.
+pub const EXPIRE: Duration = Duration::from_millis(1500);
+/// The simulated servers' term / client heartbeat refresh.
+pub const REFRESH: Duration = Duration::from_millis(300);
+
+/// The registries under test: 3.1.9's MySQL registry, 3.2.2's JDBC registry
+/// on both databases, dev's JDBC registry (client heartbeats) on both.
+pub const CASES: &[(SimKind, &str)] = &[
+    (SimKind::MySql, "3.1.9"),
+    (SimKind::MySql, "3.2.2"),
+    (SimKind::Postgres, "3.2.2"),
+    (SimKind::MySql, "dev"),
+    (SimKind::Postgres, "dev"),
+];
+
+pub fn line_of(fixture: &str) -> DsLine {
+    ds_sim::db::fixture_line(fixture)
+}
+
+/// Whether the test database server answers; outside CI a missing one is
+/// skipped with a note, under `CI=true` it fails the test.
+pub async fn available(kind: SimKind) -> bool {
+    let url = server_url(kind);
+    let ok = match kind {
+        SimKind::MySql => {
+            tokio::time::timeout(Duration::from_secs(5), sqlx::MySqlPool::connect(&url))
+                .await
+                .map(|r| r.is_ok())
+                .unwrap_or(false)
+        }
+        SimKind::Postgres => {
+            tokio::time::timeout(Duration::from_secs(5), sqlx::PgPool::connect(&url))
+                .await
+                .map(|r| r.is_ok())
+                .unwrap_or(false)
+        }
+    };
+    if !ok {
+        let var = match kind {
+            SimKind::MySql => "DS_TEST_MYSQL",
+            SimKind::Postgres => "DS_TEST_POSTGRES",
+        };
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("{kind:?} at {var} is unreachable and CI=true");
+        }
+        eprintln!("SKIPPED: {kind:?} ({var}) is unreachable; run deploy/dev/services.sh start");
+    }
+    ok
+}
+
+/// A fresh database with the fixture's registry tables, or None when the
+/// server is missing (outside CI).
+pub async fn registry_db(kind: SimKind, fixture: &str) -> Option<SimRegistryDb> {
+    if !available(kind).await {
+        return None;
+    }
+    Some(
+        SimRegistryDb::create(kind, fixture)
+            .await
+            .expect("registry database"),
+    )
+}
+
+pub fn utc() -> Zone {
+    "UTC".parse().unwrap()
+}
+
+pub fn settings(url: &str, line: Option<DsLine>) -> JdbcSettings {
+    let mut s = JdbcSettings::new(url);
+    s.poll_interval = POLL;
+    s.expire_after = EXPIRE;
+    s.statement_timeout = Duration::from_secs(5);
+    s.line = line;
+    s.zone = utc();
+    s
+}
+
+/// DS's behaviour at test speed; rows of dead servers are left in place
+/// (no live server purges them) unless a test asks for it.
+pub fn sim_opts() -> JdbcSimOptions {
+    JdbcSimOptions {
+        term_refresh: REFRESH,
+        expire_window: EXPIRE,
+        heartbeat_refresh: REFRESH,
+        session_timeout: EXPIRE,
+        data_interval: Duration::from_millis(500),
+        purge_dead: false,
+        zone: utc(),
+    }
+}
+
+/// Waits until `pred` holds for the registry's view; panics with the view after `WAIT`.
+pub async fn wait_view(
+    reg: &JdbcRegistry,
+    what: &str,
+    pred: impl Fn(&RegistryView) -> bool,
+) -> Arc<RegistryView> {
+    wait_view_for(reg, what, WAIT, pred).await
+}
+
+pub async fn wait_view_for(
+    reg: &JdbcRegistry,
+    what: &str,
+    limit: Duration,
+    pred: impl Fn(&RegistryView) -> bool,
+) -> Arc<RegistryView> {
+    let mut rx = reg.subscribe();
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let v = rx.borrow_and_update().clone();
+        if pred(&v) {
+            return v;
+        }
+        match tokio::time::timeout_at(deadline, rx.changed()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => panic!("registry channel closed while waiting for {what}"),
+            Err(_) => panic!(
+                "timed out after {limit:?} waiting for {what}; view: {:#?}",
+                reg.view()
+            ),
+        }
+    }
+}
+
+/// Polls `f` until true; panics after `limit`.
+pub async fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !f() {
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out after {limit:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits for the registry to finish `n` more polls.
+pub async fn polls(reg: &JdbcRegistry, n: u64) {
+    let target = reg.stats().polls + n;
+    wait_until("registry polls", WAIT, || reg.stats().polls >= target).await;
+}
+
+/// `(before, after)` as chrono instants around now, for stamps.
+pub fn now() -> reaper_core::Instant {
+    chrono::Utc::now()
+}
+
+pub fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
