@@ -225,7 +225,7 @@ async fn status_page_in_a_real_browser() -> Result<()> {
         &[
             ("DS_REAPER__RECONCILE__WORKFLOW_GRACE_PERIOD", "2s"),
             ("DS_REAPER__RECONCILE__PROCESS_GONE_AFTER", "2s"),
-            ("DS_REAPER__RECONCILE__AGENT_STALE_AFTER", "3s"),
+            ("DS_REAPER__RECONCILE__AGENT_STALE_AFTER", "5s"),
         ],
     )
     .await?;

@@ -831,4 +831,117 @@ mod tests {
         );
         assert!(tally(Vec::<&str>::new()).is_empty());
     }
+
+    fn quiet_page(now: Instant) -> Page {
+        use crate::views::{BrakeView, RegistryViewState};
+        Page {
+            status: StatusView {
+                version: "0.0.0-test",
+                ds_line: Some("3.2"),
+                ds_line_hold: None,
+                leader: true,
+                leader_election: true,
+                registry_view: RegistryViewState {
+                    valid: true,
+                    since: now - chrono::TimeDelta::seconds(90),
+                    reason: None,
+                    registry: "zookeeper",
+                    workers: 1,
+                    masters: 0,
+                },
+                brake: BrakeView {
+                    engaged: false,
+                    since: None,
+                    why: None,
+                },
+                last_sweep: Some(crate::engine::SweepSummary {
+                    at: now - chrono::TimeDelta::seconds(3),
+                    result: crate::engine::SweepResult::Ok,
+                    detail: None,
+                    kind: "incremental",
+                    candidates: 12,
+                    zombies: 0,
+                    actions: 0,
+                    workflows: 0,
+                }),
+                database_error: None,
+                started_at: now,
+            },
+            workers: WorkersView {
+                workers: vec![NodeView {
+                    host: "10.0.0.11:1234".into(),
+                    address: "10.0.0.11:1234".into(),
+                    startup_time: Some(now - chrono::TimeDelta::hours(3)),
+                    report_time: Some(now - chrono::TimeDelta::seconds(4)),
+                    status: Some("NORMAL".into()),
+                    groups: vec![],
+                    agent: Some(None),
+                }],
+                masters: vec![],
+                lost: vec![],
+            },
+            zombies: vec![],
+            zombies_total: 0,
+            zombie_reasons: vec![],
+            workflows: vec![],
+            recent: vec![],
+            history: vec![],
+            now,
+        }
+    }
+
+    #[test]
+    fn a_quiet_cluster_reads_all_clear_and_the_charts_say_there_is_no_data() {
+        let now = chrono::Utc.timestamp_opt(1_700_000_000, 0).unwrap();
+        let mut p = quiet_page(now);
+        let h = render(&p);
+        assert!(
+            h.contains("All clear: no zombie tasks, no stuck workflows."),
+            "{h}"
+        );
+        assert!(
+            h.contains("<meta http-equiv=\"refresh\" content=\"10\">"),
+            "{h}"
+        );
+        assert!(!h.contains("<script") && !h.contains("src="), "{h}");
+        assert_eq!(h.matches("<svg").count(), 3, "{h}");
+        assert_eq!(h.matches("no sweep in the last 60 min").count(), 3, "{h}");
+        assert!(
+            h.contains("<h2>Zombie tasks (0)</h2><p class=\"muted\">none</p>"),
+            "{h}"
+        );
+        assert!(
+            h.contains("<h2>Stuck workflows (0)</h2><p class=\"muted\">none</p>"),
+            "{h}"
+        );
+        assert!(h.contains("no agent"), "{h}");
+        // Sweeps, then an agent gone stale beside its worker: a warning.
+        p.history = (0..5)
+            .map(|i| SweepPoint {
+                at: now - chrono::TimeDelta::seconds(60 * (5 - i)),
+                zombies: 0,
+                workflows: 0,
+                actions: 0,
+                duration_ms: 40 + i as u64,
+            })
+            .collect();
+        p.workers.workers[0].agent = Some(Some(crate::views::AgentView {
+            fresh: false,
+            last_report_at: now - chrono::TimeDelta::seconds(50),
+            tasks: 0,
+            unreadable: 2,
+        }));
+        let h = render(&p);
+        assert!(
+            h.contains(
+                "<div class=\"verdict warn\">Attention: 1 stale agent beside a live worker.</div>"
+            ),
+            "{h}"
+        );
+        assert!(!h.contains("no sweep in the last"), "{h}");
+        assert_eq!(h.matches("<polyline").count(), 4, "{h}");
+        assert!(h.contains("<tr class=\"warn\">"), "{h}");
+        assert!(h.contains("2 unreadable"), "{h}");
+        assert!(h.contains("last <tspan class=\"lv\">44 ms</tspan>"), "{h}");
+    }
 }
