@@ -27,6 +27,8 @@ pub struct ProcStat {
     pub ppid: i32,
     /// Field 9: the kernel's `PF_*` flags.
     pub flags: u64,
+    /// Field 20: the number of threads.
+    pub threads: u64,
     /// Field 22: start time in clock ticks after boot.
     pub start_ticks: u64,
 }
@@ -35,9 +37,11 @@ pub struct ProcStat {
 const PF_KTHREAD: u64 = 0x0020_0000;
 
 impl ProcStat {
-    /// A zombie or dead process: it has ended, only its entry remains.
+    /// A zombie or dead process: it has ended, only its entry remains. (A
+    /// zombie main thread with other threads still running is a live
+    /// process.)
     pub fn ended(&self) -> bool {
-        matches!(self.state, b'Z' | b'X' | b'x')
+        matches!(self.state, b'Z' | b'X' | b'x') && self.threads <= 1
     }
 
     /// A kernel thread: never a task process.
@@ -59,11 +63,13 @@ pub fn parse_stat(data: &[u8]) -> Option<ProcStat> {
     // after the state (field 3) come fields 4.. (ppid), 9 (flags), 22 (starttime)
     let ppid = i32::try_from(num(fields.next()?)?).ok()?;
     let flags = u64::try_from(num(fields.nth(9 - 5)?)?).ok()?;
-    let start_ticks = u64::try_from(num(fields.nth(22 - 10)?)?).ok()?;
+    let threads = u64::try_from(num(fields.nth(20 - 10)?)?).ok()?;
+    let start_ticks = u64::try_from(num(fields.nth(22 - 21)?)?).ok()?;
     Some(ProcStat {
         state,
         ppid,
         flags,
+        threads,
         start_ticks,
     })
 }
@@ -148,6 +154,35 @@ impl ProcFs {
         Ok(())
     }
 
+    /// The target of the link at `self.path`.
+    fn read_link(&mut self) -> io::Result<PathBuf> {
+        let Some(root) = self.dir.as_ref() else {
+            return Err(io::ErrorKind::NotFound.into());
+        };
+        let n = rustix::fs::readlinkat_raw(root, self.path.as_str(), &mut self.link[..])?;
+        if n < self.link.len() {
+            return Ok(PathBuf::from(OsStr::from_bytes(&self.link[..n])));
+        }
+        // longer than the buffer: read it whole
+        let full = rustix::fs::readlinkat(root, self.path.as_str(), Vec::new())?;
+        Ok(PathBuf::from(OsString::from_vec(full.into_bytes())))
+    }
+
+    /// The cwd of another thread of `pid` (`<pid>/task/<tid>/cwd`), if any.
+    fn thread_cwd(&mut self, pid: i32) -> Option<PathBuf> {
+        let tids: Vec<i32> = std::fs::read_dir(self.root.join(pid.to_string()).join("task"))
+            .ok()?
+            .filter_map(|e| parse_pid(e.ok()?.file_name().as_bytes()))
+            .filter(|t| *t != pid)
+            .collect();
+        tids.into_iter().find_map(|tid| {
+            use std::fmt::Write;
+            self.path.clear();
+            let _ = write!(self.path, "{pid}/task/{tid}/cwd");
+            self.read_link().ok()
+        })
+    }
+
     fn set_path(&mut self, pid: i32, file: &str) {
         use std::fmt::Write;
         self.path.clear();
@@ -191,16 +226,12 @@ impl ProcSource for ProcFs {
     fn cwd(&mut self, pid: i32) -> io::Result<PathBuf> {
         self.open_root()?;
         self.set_path(pid, "cwd");
-        let Some(root) = self.dir.as_ref() else {
-            return Err(io::ErrorKind::NotFound.into());
-        };
-        let n = rustix::fs::readlinkat_raw(root, self.path.as_str(), &mut self.link[..])?;
-        if n < self.link.len() {
-            return Ok(PathBuf::from(OsStr::from_bytes(&self.link[..n])));
+        match self.read_link() {
+            // A process whose main thread exited while others run has a
+            // zombie leader without a cwd: read a live thread's instead.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => self.thread_cwd(pid).ok_or(e),
+            r => r,
         }
-        // longer than the buffer: read it whole
-        let full = rustix::fs::readlinkat(root, self.path.as_str(), Vec::new())?;
-        Ok(PathBuf::from(OsString::from_vec(full.into_bytes())))
     }
 
     fn stat(&mut self, pid: i32) -> io::Result<ProcStat> {
@@ -336,6 +367,7 @@ mod tests {
                 state: b'S',
                 ppid: 1,
                 flags: 4194304,
+                threads: 1,
                 start_ticks: 987654
             })
         );
@@ -344,6 +376,13 @@ mod tests {
         assert_eq!((s.state, s.start_ticks), (b'Z', 55));
         assert!(s.ended());
         assert_eq!(parse_stat(b"7 (x) S 1 2"), None);
+        let leader = b"9 (java) Z 1 9 9 0 -1 4194304 100 0 0 0 0 0 0 0 20 0 31 0 55 0 0";
+        let l = parse_stat(leader).unwrap();
+        assert_eq!(l.threads, 31);
+        assert!(
+            !l.ended(),
+            "a zombie leader with live threads is a live process"
+        );
         let kthread = b"2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 1 0 0 20 0 1 0 24 0 0";
         assert!(parse_stat(kthread).unwrap().kernel_thread());
         assert_eq!(parse_stat(b"garbage"), None);

@@ -55,6 +55,29 @@ impl FakeProc {
         std::os::unix::fs::symlink(cwd, link)
     }
 
+    /// A process whose main thread exited while thread `tid` still runs in
+    /// `cwd`: the leader is a zombie without a cwd of its own.
+    pub fn add_zombie_leader(
+        &self,
+        pid: i32,
+        tid: i32,
+        cwd: &Path,
+        start_ticks: u64,
+    ) -> io::Result<()> {
+        self.add(pid, cwd, 'Z', start_ticks)?;
+        let dir = self.root.join(pid.to_string());
+        std::fs::remove_file(dir.join("cwd"))?;
+        let stat = std::fs::read_to_string(dir.join("stat"))?;
+        // field 20 (threads), after "… 20 0 " (priority, nice)
+        std::fs::write(
+            dir.join("stat"),
+            stat.replacen(" 20 0 1 0 ", " 20 0 2 0 ", 1),
+        )?;
+        let task = dir.join("task").join(tid.to_string());
+        std::fs::create_dir_all(&task)?;
+        std::os::unix::fs::symlink(cwd, task.join("cwd"))
+    }
+
     /// A process that ended and was reaped: its entry is gone.
     pub fn remove(&self, pid: i32) -> io::Result<()> {
         std::fs::remove_dir_all(self.root.join(pid.to_string()))

@@ -333,13 +333,20 @@ async fn the_node_is_created_again_after_a_session_expiry() {
     assert_eq!(stat.ephemeral_owner, session.id().0);
 
     // expire the agent's session from outside: attach to it, then close it
-    let thief = zk::Client::connector()
-        .with_session(session.clone())
-        .with_session_timeout(Duration::from_secs(10))
-        .connect(&zk)
-        .await
-        .expect("attaching to the agent's session");
-    drop(thief);
+    // (the agent's client may win the connection back during the handshake:
+    // try again)
+    let mut thief = None;
+    for _ in 0..10 {
+        let attach = zk::Client::connector()
+            .with_session(session.clone())
+            .with_session_timeout(Duration::from_secs(10))
+            .connect(&zk);
+        if let Ok(Ok(c)) = tokio::time::timeout(Duration::from_secs(3), attach).await {
+            thief = Some(c);
+            break;
+        }
+    }
+    drop(thief.expect("attaching to the agent's session"));
     wait_until("the expiry noticed", || async {
         publisher.expirations() >= 1
     })

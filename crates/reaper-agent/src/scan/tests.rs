@@ -158,6 +158,17 @@ fn zombies_and_vanished_processes_are_simply_gone() {
 }
 
 #[test]
+fn a_process_whose_main_thread_exited_is_alive() {
+    let t = Tree::new();
+    let dir = t.exec("default/1/2_3/11/12");
+    t.fake.add_zombie_leader(300, 301, &dir, 500).unwrap();
+    t.fake.add(310, &dir, 'Z', 600).unwrap(); // a real zombie
+    let scan = t.scanner(None).scan();
+    assert_eq!(scan.tasks, vec![task(12, 11, &[300], at(500))]);
+    assert_eq!(scan.unreadable, 0);
+}
+
+#[test]
 fn denied_processes_are_unreadable_and_name_the_missing_capability() {
     let t = Tree::new();
     let dir = t.exec("1/2/3/4");
