@@ -8,7 +8,8 @@
 //!   shared ZooKeeper when reachable — and a scan of the real /proc every
 //!   100 ms) on the ds-reaper binary's runtime shape (2 worker threads).
 //!
-//! `cargo run --release -p reaper-agent --example scan_bench [-- --scans N --procs N]`
+//! `cargo run --release -p reaper-agent --example scan_bench [-- --scans N --procs N]`;
+//! the last lines are `RESULT <key> <value>` for scripts/bench/all.sh.
 
 use ds_sim::procs::{ExecBase, TaskProcess};
 use futures::future::BoxFuture;
@@ -259,6 +260,8 @@ fn main() {
         last.tasks.len(),
         stats(&ms, cpu)
     );
+    let at = |q: f64| ms[((ms.len() - 1) as f64 * q).round() as usize];
+    let real_scan = (at(0.5), at(0.95), cpu);
     if last.unreadable > 0 {
         println!("  (unreadable: {} — {:?})", last.unreadable, last.denied);
     }
@@ -279,5 +282,10 @@ fn main() {
         last.processes,
         out.map(|s| s.code())
     );
+    // for scripts/bench/all.sh (`RESULT <key> <value>` lines)
+    println!("RESULT agent_scan_median_ms {:.1}", real_scan.0);
+    println!("RESULT agent_scan_p95_ms {:.1}", real_scan.1);
+    println!("RESULT agent_scan_cpu_ms {:.1}", real_scan.2);
+    println!("RESULT agent_rss_mib {peak:.1}");
     drop(children);
 }

@@ -84,6 +84,17 @@ async fn run_publishes_real_task_processes_and_drops_a_killed_one() {
     assert_eq!(code, 200, "{body}");
     let (code, body) = get(&format!("{http}/readyz")).await;
     assert_eq!(code, 200, "{body}");
+    let (code, body) = get(&format!("{http}/")).await;
+    assert_eq!(code, 200, "{body}");
+    let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(status["worker"], "10.9.8.7:1234");
+    assert_eq!(status["ready"], true);
+    assert!(
+        status["report"]["tasks"]
+            .as_array()
+            .is_some_and(|t| t.len() == 4),
+        "{body}"
+    );
     let (_, metrics) = get(&format!("{http}/metrics")).await;
     assert_eq!(
         sample(&metrics, "ds_reaper_agent_task_processes"),
