@@ -116,21 +116,31 @@ pub struct ExecPaths {
     /// `<exec_base>/exec/process` as configured and, when it differs, with
     /// symbolic links resolved (the kernel shows the resolved path).
     roots: Vec<PathBuf>,
+    exec_base: PathBuf,
     forms: &'static [PathForm],
 }
 
 impl ExecPaths {
     pub fn new(exec_base: &Path, line: Option<DsLine>) -> ExecPaths {
-        let mut roots = vec![exec_base.join("exec").join("process")];
-        if let Ok(real) = std::fs::canonicalize(exec_base) {
-            let r = real.join("exec").join("process");
-            if !roots.contains(&r) {
-                roots.push(r);
-            }
-        }
-        ExecPaths {
-            roots,
+        let mut p = ExecPaths {
+            roots: Vec::new(),
+            exec_base: exec_base.to_path_buf(),
             forms: PathForm::for_line(line),
+        };
+        p.refresh();
+        p
+    }
+
+    /// Resolves the exec base's symbolic links again: it may not exist when
+    /// the agent starts (the worker creates it), or be re-pointed later.
+    pub fn refresh(&mut self) {
+        self.roots.clear();
+        self.roots.push(self.exec_base.join("exec").join("process"));
+        if let Ok(real) = std::fs::canonicalize(&self.exec_base) {
+            let r = real.join("exec").join("process");
+            if !self.roots.contains(&r) {
+                self.roots.push(r);
+            }
         }
     }
 
@@ -271,6 +281,14 @@ mod tests {
         let p = ExecPaths::new(&link, None);
         assert_eq!(p.task_of(&link.join("exec/process/1/2/3/4")), t(4, 3));
         let real = std::fs::canonicalize(&real).unwrap();
+        assert_eq!(p.task_of(&real.join("exec/process/1/2/3/4")), t(4, 3));
+
+        // a link created after the agent started is followed from the next refresh
+        let late = dir.path().join("late");
+        let mut p = ExecPaths::new(&late, None);
+        assert_eq!(p.task_of(&real.join("exec/process/1/2/3/4")), None);
+        std::os::unix::fs::symlink(&real, &late).unwrap();
+        p.refresh();
         assert_eq!(p.task_of(&real.join("exec/process/1/2/3/4")), t(4, 3));
     }
 }

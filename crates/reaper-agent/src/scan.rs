@@ -82,6 +82,7 @@ impl Scanner {
             started_at,
             ..Scan::default()
         };
+        self.paths.refresh();
         let listed = self.source.pids();
         let boot = self.source.boot_time();
         let (mut pids, boot) = match (listed, boot) {
