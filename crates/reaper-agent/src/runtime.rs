@@ -21,6 +21,8 @@ use tokio_util::sync::CancellationToken;
 
 /// The whole stop fits SPEC §7's 10 s.
 const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(8);
+/// How long the first scan waits for the registry session at most.
+const STARTUP_WAIT: Duration = Duration::from_secs(3);
 /// No scan more often than this, whatever is configured.
 const MIN_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -228,6 +230,15 @@ async fn scan_loop(
     let watchdog = watchdog_period();
     let mut scanner = Some(scanner);
     let mut seq: u64 = 0;
+    // The session is usually up within milliseconds: give it a moment before
+    // the first report rather than count a publish error at every start.
+    let settle = tokio::time::Instant::now() + interval.min(STARTUP_WAIT);
+    while !shared.publisher.connected() && tokio::time::Instant::now() < settle {
+        tokio::select! {
+            _ = cancel.cancelled() => return Ok(()),
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+    }
     let mut next = tokio::time::Instant::now();
     let mut ready_sent = false;
     let exec_base = settings.exec_base.display().to_string();
