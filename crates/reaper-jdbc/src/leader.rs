@@ -35,6 +35,7 @@ use crate::settings::{redact_url, DbKind, JdbcSettings};
 use reaper_core::registry::Backoff;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlRow};
 use sqlx::postgres::{PgConnectOptions, PgConnection};
+use sqlx::ConnectOptions;
 use sqlx::{Connection, Executor, Row};
 use std::hash::{BuildHasher, Hasher};
 use std::str::FromStr;
@@ -227,14 +228,23 @@ impl Target {
                 if let Some(pw) = &s.password {
                     o = o.password(pw);
                 }
-                Ok(Target::My(o))
+                // The ping sleeps on purpose: not a slow statement to warn about.
+                Ok(Target::My(o.log_slow_statements(
+                    log::LevelFilter::Off,
+                    std::time::Duration::from_secs(3600),
+                )))
             }
             Some(DbKind::Postgres) => {
                 let mut o = PgConnectOptions::from_str(s.url.trim()).map_err(bad)?;
                 if let Some(pw) = &s.password {
                     o = o.password(pw);
                 }
-                Ok(Target::Pg(o.application_name(&app_name(id))))
+                Ok(Target::Pg(
+                    o.application_name(&app_name(id)).log_slow_statements(
+                        log::LevelFilter::Off,
+                        std::time::Duration::from_secs(3600),
+                    ),
+                ))
             }
             None => Err(JdbcError::BadUrl(redact_url(&s.url))),
         }

@@ -9,6 +9,7 @@ use anyhow::Context;
 use reaper_core::ports::{Leadership, RegistrySource, SystemClock};
 use reaper_core::{RegistryView, ViewState};
 use reaper_etcd::{EtcdLeader, EtcdRegistry, EtcdSettings};
+use reaper_jdbc::{JdbcLeader, JdbcRegistry, JdbcSettings, LeaderOptions};
 use reaper_sql::{Db, DbSettings, SqlStore};
 use reaper_zk::{LeaderElection, Registry, ZkSettings};
 use std::sync::Arc;
@@ -68,6 +69,48 @@ pub fn etcd_settings(s: &Settings) -> EtcdSettings {
     e
 }
 
+pub fn jdbc_settings(s: &Settings) -> JdbcSettings {
+    // Empty: DS's registry lives in the [database] connection.
+    let (url, password) = match &s.jdbc_registry.url {
+        Some(u) if !u.expose().trim().is_empty() => (u.expose().to_string(), None),
+        _ => (
+            s.database.url.expose().to_string(),
+            s.database
+                .password_file
+                .as_ref()
+                .map(|f| f.secret().expose().to_string()),
+        ),
+    };
+    let mut j = JdbcSettings::new(url);
+    j.password = password;
+    j.poll_interval = s.jdbc_registry.poll_interval;
+    j.expire_after = s.jdbc_registry.expire_after;
+    j.statement_timeout = s.database.statement_timeout;
+    j.line = match s.dolphinscheduler.version {
+        VersionSetting::Line(l) => Some(l),
+        VersionSetting::Auto => None,
+    };
+    j.zone = s.dolphinscheduler.time_zone;
+    j
+}
+
+/// The MySQL/MariaDB lock name: `GET_LOCK` is server-wide, so the database
+/// is part of it (two DS databases on one server elect apart).
+fn jdbc_lock_name(url: &str) -> String {
+    let db = url
+        .split('?')
+        .next()
+        .and_then(|u| u.rsplit('/').next())
+        .unwrap_or_default();
+    let clean: String = db
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || "_.:-".contains(*c))
+        .collect();
+    let mut name = format!("ds-reaper-leader:{clean}");
+    name.truncate(64);
+    name
+}
+
 /// This replica's id in the election: host name and pid.
 fn replica_id() -> String {
     format!(
@@ -77,13 +120,16 @@ fn replica_id() -> String {
     )
 }
 
+/// A registry and, when elected, its leadership.
+type RegistryPorts = (Arc<dyn RegistrySource>, Option<Arc<dyn Leadership>>);
+
 /// The registry configured by `[registry] type` and, with `elect`, its
 /// leader election.
 fn registry(
     settings: &Settings,
     cancel: &CancellationToken,
     elect: bool,
-) -> anyhow::Result<(Arc<dyn RegistrySource>, Option<Arc<dyn Leadership>>)> {
+) -> anyhow::Result<RegistryPorts> {
     let elect = elect && settings.leader.enabled;
     Ok(match settings.registry.kind {
         RegistryKind::Zookeeper => {
@@ -112,10 +158,22 @@ fn registry(
             });
             (Arc::new(registry), leader)
         }
-        other => anyhow::bail!(
-            "registry.type = {:?} is not supported by this build",
-            other.as_str()
-        ),
+        RegistryKind::Jdbc => {
+            let js = jdbc_settings(settings);
+            let registry =
+                JdbcRegistry::start(js.clone(), cancel.child_token()).context("jdbc_registry")?;
+            let leader = if elect {
+                let mut opts = LeaderOptions::new(replica_id());
+                opts.lock_name = jdbc_lock_name(&js.url);
+                Some(Arc::new(
+                    JdbcLeader::start(&js, opts, cancel.child_token())
+                        .context("leader election")?,
+                ) as Arc<dyn Leadership>)
+            } else {
+                None
+            };
+            (Arc::new(registry), leader)
+        }
     })
 }
 

@@ -2,7 +2,7 @@
 //! the live states for a line, the checks that span several keys, and what
 //! this build cannot do yet.
 
-use super::choices::{ReasonName, RegistryKind, RuleAction};
+use super::choices::{ReasonName, RuleAction};
 use super::sections::{RuleEntry, Settings};
 use reaper_core::{BrakeConfig, DsLine, Rule};
 
@@ -131,15 +131,10 @@ impl Settings {
     }
 
     /// A configured feature this build does not have yet, for the commands
-    /// that would use it to refuse (`config check` accepts it: the key is valid).
+    /// that would use it to refuse (`config check` accepts it: the key is
+    /// valid). Every registry of SPEC §14 is supported.
     pub fn unsupported(&self) -> Option<String> {
-        match self.registry.kind {
-            RegistryKind::Zookeeper | RegistryKind::Etcd => None,
-            other => Some(format!(
-                "registry.type = {:?} is not supported by this build yet; use \"zookeeper\"",
-                other.as_str()
-            )),
-        }
+        None
     }
 
     /// Problems that span keys, as (key, message).
