@@ -379,6 +379,7 @@ async fn check(s: Settings, format: Format, observe: Duration) -> u8 {
         Format::Json => {
             let doc = json!({
                 "ds_line": line.as_str(),
+                "registry": s.registry.kind.as_str(),
                 "candidates": plan.candidates,
                 "zombies": zombies,
                 "workflows": workflows,
@@ -386,6 +387,7 @@ async fn check(s: Settings, format: Format, observe: Duration) -> u8 {
             println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
         }
         Format::Table => {
+            println!("registry: {}", s.registry.kind.as_str());
             print_table(line, plan.candidates, &zombies);
             print_workflows(&workflows);
         }

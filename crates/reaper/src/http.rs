@@ -79,7 +79,10 @@ async fn metrics(State(e): State<SharedEngine>) -> Response {
 pub async fn not_ready(e: &SharedEngine) -> Option<String> {
     let view = e.view();
     if let reaper_core::ViewState::Invalid { reason, .. } = &view.state {
-        return Some(format!("registry view invalid: {reason}"));
+        return Some(format!(
+            "registry view invalid ({}): {reason}",
+            e.registry_kind()
+        ));
     }
     match tokio::time::timeout(Duration::from_secs(3), e.ping_store()).await {
         Ok(Ok(())) => None,
@@ -90,7 +93,11 @@ pub async fn not_ready(e: &SharedEngine) -> Option<String> {
 
 async fn readyz(State(e): State<SharedEngine>) -> Response {
     match not_ready(&e).await {
-        None => (StatusCode::OK, "ready\n").into_response(),
+        None => (
+            StatusCode::OK,
+            format!("ready (registry: {})\n", e.registry_kind()),
+        )
+            .into_response(),
         Some(why) => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("not ready: {why}\n"),
