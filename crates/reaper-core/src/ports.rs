@@ -196,6 +196,9 @@ pub struct RegistryStats {
 
 /// A stream of view changes: each call to `changed` resolves once the view
 /// has changed since the previous call, or with false when the source ended.
+/// A source may wake it only for membership changes (servers coming or
+/// going, losses, validity: [`crate::registry::Changes::membership`]) and
+/// leave heartbeat data to [`RegistrySource::view`], which always has it.
 pub trait ViewWatch: Send {
     fn changed(&mut self) -> BoxFuture<'_, bool>;
 }

@@ -9,7 +9,9 @@ use reaper_core::RegistryView;
 use std::sync::Arc;
 use tokio::sync::watch;
 
-struct Watch(watch::Receiver<Arc<RegistryView>>);
+/// Membership changes only: heartbeat data alone does not wake the engine
+/// (its sweeps read [`Registry::view`], which has it at once).
+struct Watch(watch::Receiver<()>);
 
 impl ViewWatch for Watch {
     fn changed(&mut self) -> BoxFuture<'_, bool> {
@@ -27,7 +29,7 @@ impl RegistrySource for Registry {
     }
 
     fn watch(&self) -> Box<dyn ViewWatch> {
-        let mut rx = self.subscribe();
+        let mut rx = self.changes();
         rx.mark_unchanged();
         Box::new(Watch(rx))
     }

@@ -3,6 +3,15 @@
 //! cleanup. The session loop behind it is in [`crate::session`], the watch
 //! loop of one connection in [`crate::watch`]; the membership rules
 //! themselves are reaper-core's [`Membership`].
+//!
+//! The view is handed out lazily. 2,000 workers rewrite their heartbeat
+//! every 10 s; copying the whole view for each batch of them cost more than
+//! everything else the daemon does between sweeps. So the machine lives here,
+//! shared with the watch loop, and [`Registry::view`] copies it only when it
+//! changed since the last copy: a reader always gets every event applied so
+//! far, as before. Membership changes (servers come or go, losses, validity)
+//! still wake [`Registry::changes`] at once; [`Registry::subscribe`] still
+//! sees every change, at the old cost, while someone holds a receiver.
 
 use crate::watch::Watcher;
 use crate::{bounded, session, ZkError, ZkSettings, ZkStats};
@@ -27,8 +36,13 @@ pub(crate) struct Inner {
     pub(crate) settings: ZkSettings,
     /// The root without a trailing slash ("" for "/").
     pub(crate) root: String,
-    view_rx: watch::Receiver<Arc<RegistryView>>,
-    pub(crate) detected: Mutex<Detected>,
+    /// The membership machine and its latest copies.
+    pub(crate) shared: Mutex<Shared>,
+    /// Woken on membership changes (the engine's port).
+    pub(crate) changes_tx: watch::Sender<()>,
+    /// Every change with its view, for [`Registry::subscribe`]; fed only
+    /// while it has receivers.
+    pub(crate) all_tx: watch::Sender<Arc<RegistryView>>,
     pub(crate) expirations: AtomicU64,
     pub(crate) errors: AtomicU64,
     pub(crate) reconnects: AtomicU64,
@@ -41,6 +55,54 @@ pub(crate) struct Inner {
 impl Inner {
     pub(crate) fn error(&self) {
         self.errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The current view: the last copy, or a new one when the machine
+    /// changed since.
+    pub(crate) fn view(&self) -> Arc<RegistryView> {
+        lock(&self.shared).view()
+    }
+}
+
+/// The membership machine with the copies made of it, each dropped when the
+/// machine changes.
+pub(crate) struct Shared {
+    pub(crate) membership: Membership,
+    view: Option<Arc<RegistryView>>,
+    /// Only kept when the line is detected (an explicit line fixes it).
+    detected: Option<Detected>,
+    explicit: Option<Detected>,
+}
+
+impl Shared {
+    pub(crate) fn new(membership: Membership, explicit: Option<Detected>) -> Self {
+        Shared {
+            membership,
+            view: None,
+            detected: None,
+            explicit,
+        }
+    }
+
+    /// The machine changed: later readers get a new copy.
+    pub(crate) fn changed(&mut self) {
+        self.view = None;
+        self.detected = None;
+    }
+
+    pub(crate) fn view(&mut self) -> Arc<RegistryView> {
+        self.view
+            .get_or_insert_with(|| Arc::new(self.membership.view().clone()))
+            .clone()
+    }
+
+    fn detected(&mut self) -> Detected {
+        if let Some(d) = &self.explicit {
+            return d.clone();
+        }
+        self.detected
+            .get_or_insert_with(|| self.membership.detected())
+            .clone()
     }
 }
 
@@ -64,16 +126,14 @@ impl Registry {
         if let Some((path, stale_after)) = &settings.agents {
             membership = membership.with_agents(path, *stale_after);
         }
-        let (tx, rx) = watch::channel(Arc::new(membership.view().clone()));
-        let detected = match settings.line {
-            Some(l) => Detected::explicit(l),
-            None => Detected::unknown(),
-        };
+        let mut shared = Shared::new(membership, settings.line.map(Detected::explicit));
+        let all_tx = watch::Sender::new(shared.view());
         let inner = Arc::new(Inner {
             root: settings.root_prefix(),
             settings,
-            view_rx: rx,
-            detected: Mutex::new(detected),
+            shared: Mutex::new(shared),
+            changes_tx: watch::Sender::new(()),
+            all_tx,
             expirations: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             reconnects: AtomicU64::new(0),
@@ -81,7 +141,7 @@ impl Registry {
             cancel: cancel.child_token(),
             task: tokio::sync::Mutex::new(None),
         });
-        let watcher = Watcher::new(inner.clone(), tx, membership);
+        let watcher = Watcher::new(inner.clone());
         let handle = tokio::spawn(session::run(watcher));
         if let Ok(mut t) = inner.task.try_lock() {
             *t = Some(handle);
@@ -89,19 +149,33 @@ impl Registry {
         Registry { inner }
     }
 
-    /// The latest snapshot.
+    /// The latest snapshot, with every event applied so far (copied only
+    /// when something changed since the last call).
     pub fn view(&self) -> Arc<RegistryView> {
-        self.inner.view_rx.borrow().clone()
+        self.inner.view()
     }
 
-    /// Notified on every change of the view.
+    /// Notified on every change of the view, each with its snapshot. Costs a
+    /// copy of the view per change while a receiver lives: for tests and
+    /// tools; the daemon waits on [`Registry::changes`].
     pub fn subscribe(&self) -> watch::Receiver<Arc<RegistryView>> {
-        self.inner.view_rx.clone()
+        // Subscribe first, then refresh: a change in between is not missed.
+        let mut rx = self.inner.all_tx.subscribe();
+        self.inner.all_tx.send_replace(self.inner.view());
+        rx.mark_unchanged();
+        rx
+    }
+
+    /// Notified when membership changes — a server comes or goes, a loss is
+    /// stamped or forgotten, the view becomes valid or invalid — but not for
+    /// heartbeat data alone, which [`Registry::view`] has at once anyway.
+    pub fn changes(&self) -> watch::Receiver<()> {
+        self.inner.changes_tx.subscribe()
     }
 
     /// What the registry looks like so far.
     pub fn detected(&self) -> Detected {
-        lock(&self.inner.detected).clone()
+        lock(&self.inner.shared).detected()
     }
 
     pub fn stats(&self) -> ZkStats {

@@ -7,22 +7,25 @@
 //! session state is a gap: the watches are re-armed and everything re-listed.
 //! Node creations and deletions are applied at once; data changes (one per
 //! node every ~10 s) are coalesced so that a node is read at most once per
-//! [`DATA_COALESCE`].
+//! [`DATA_COALESCE`]. The machine is shared with the [`Registry`] handle,
+//! which copies the view out of it when asked; membership changes also wake
+//! the engine at once.
+//!
+//! [`Registry`]: crate::Registry
 
 use crate::listing::list_all;
-use crate::registry::{lock, Inner};
+use crate::registry::{lock, Inner, Shared};
 use crate::session::{terminal, Outcome};
 use crate::{bounded, ZkError};
 use chrono::Utc;
 use reaper_core::registry::{
     may_concern_servers, Backoff, Changes, Gap, Membership, NodeEvent, Note,
 };
-use reaper_core::RegistryView;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant as Tick;
 use zookeeper_client as zk;
@@ -31,27 +34,34 @@ use zookeeper_client as zk;
 const DATA_COALESCE: Duration = Duration::from_secs(3);
 const FLUSH_TICK: Duration = Duration::from_millis(500);
 
-/// The registry's state across sessions: the membership machine and what
-/// it publishes to.
+/// The registry's state across sessions: the shared membership machine and
+/// the data reads waiting to be coalesced.
 pub(crate) struct Watcher {
     pub(crate) inner: Arc<Inner>,
-    tx: watch::Sender<Arc<RegistryView>>,
-    membership: Membership,
     coalesce: Coalescer,
 }
 
 impl Watcher {
-    pub(crate) fn new(
-        inner: Arc<Inner>,
-        tx: watch::Sender<Arc<RegistryView>>,
-        membership: Membership,
-    ) -> Self {
+    pub(crate) fn new(inner: Arc<Inner>) -> Self {
         Watcher {
             inner,
-            tx,
-            membership,
             coalesce: Coalescer::default(),
         }
+    }
+
+    /// Runs `f` on the membership machine (never across an await).
+    fn machine<R>(&self, f: impl FnOnce(&mut Membership) -> R) -> R {
+        f(&mut lock(&self.inner.shared).membership)
+    }
+
+    /// Applies a change to the machine and settles what it did.
+    fn change(&mut self, f: impl FnOnce(&mut Membership) -> Changes) -> Changes {
+        let mut shared = lock(&self.inner.shared);
+        let c = f(&mut shared.membership);
+        publish(&self.inner, &mut shared, &c);
+        drop(shared);
+        log(&c.notes);
+        c
     }
 
     fn full(&self, rel: &str) -> String {
@@ -63,22 +73,9 @@ impl Watcher {
             .filter(|r| r.starts_with('/'))
     }
 
-    /// Logs what the machine noted and publishes when it says so.
-    fn settle(&mut self, changes: Changes) {
-        log(&changes.notes);
-        if changes.publish {
-            // Detection first: a subscriber woken by the view may ask for it.
-            if self.inner.settings.line.is_none() {
-                *lock(&self.inner.detected) = self.membership.detected();
-            }
-            self.tx
-                .send_replace(Arc::new(self.membership.view().clone()));
-        }
-    }
-
     pub(crate) fn invalidate(&mut self, gap: Gap, reason: impl Into<String>) {
-        let c = self.membership.invalidate(gap, reason, Utc::now());
-        self.settle(c);
+        let reason = reason.into();
+        self.change(|m| m.invalidate(gap, reason, Utc::now()));
     }
 
     /// Waits until the session is connected again, or ends.
@@ -137,13 +134,12 @@ impl Watcher {
             let (tx, mut rx) = mpsc::unbounded_channel();
             let mut fresh = Vec::new();
             let mut failed = None;
-            let dirs = self
-                .membership
-                .mode()
+            let (mode, agents) = self.machine(|m| (m.mode(), m.agent_prefix().map(str::to_string)));
+            let dirs = mode
                 .server_dirs()
                 .iter()
                 .map(|d| d.to_string())
-                .chain(self.membership.agent_prefix().map(str::to_string));
+                .chain(agents.clone());
             for dir in dirs {
                 let path = self.full(&dir);
                 match bounded(
@@ -169,13 +165,10 @@ impl Watcher {
                 }
                 continue 'conn;
             }
-            let mode = self.membership.mode();
-            let agents = self.membership.agent_prefix().map(str::to_string);
             match list_all(client, &self.inner.root, mode, agents.as_deref(), rt).await {
                 Ok(listing) => {
-                    let c = self.membership.apply_listing(listing, Utc::now());
+                    let c = self.change(|m| m.apply_listing(listing, Utc::now()));
                     self.coalesce.listed(&c.read);
-                    self.settle(c);
                     backoff.reset();
                 }
                 Err(e) => {
@@ -219,8 +212,7 @@ impl Watcher {
                     }
                     _ = tick.tick() => {
                         self.flush_dirty(client).await;
-                        let c = self.membership.prune_lost(Utc::now());
-                        self.settle(c);
+                        self.change(|m| m.prune_lost(Utc::now()));
                     }
                 }
             }
@@ -231,39 +223,45 @@ impl Watcher {
 
     async fn handle_batch(&mut self, client: &zk::Client, batch: Vec<zk::WatchedEvent>) {
         // The last event per path decides; creations are read at once.
-        let mode = self.membership.mode();
-        let mut order: Vec<String> = Vec::new();
-        let mut last: HashMap<String, zk::EventType> = HashMap::new();
-        for ev in batch {
-            let Some(rel) = self.rel(&ev.path).map(str::to_string) else {
-                continue;
-            };
-            let agent = self.membership.agent_worker(&rel).is_some();
-            if !agent && !may_concern_servers(mode, &rel) {
-                continue;
-            }
-            let t = match ev.event_type {
-                zk::EventType::NodeCreated => zk::EventType::NodeCreated,
-                zk::EventType::NodeDeleted => zk::EventType::NodeDeleted,
-                zk::EventType::NodeDataChanged => {
-                    if last.get(&rel) == Some(&zk::EventType::NodeCreated) {
-                        continue;
-                    }
-                    // An agent's rewrite is its heartbeat: read it at once.
-                    if !agent && self.membership.contains(&rel) {
-                        self.coalesce.dirty.insert(rel);
-                        continue;
-                    }
-                    // Data of a node not known yet: read it like a creation.
-                    zk::EventType::NodeCreated
+        let inner = self.inner.clone();
+        let (order, last) = {
+            let shared = lock(&inner.shared);
+            let machine = &shared.membership;
+            let mode = machine.mode();
+            let mut order: Vec<String> = Vec::new();
+            let mut last: HashMap<String, zk::EventType> = HashMap::new();
+            for ev in batch {
+                let Some(rel) = self.rel(&ev.path).map(str::to_string) else {
+                    continue;
+                };
+                let agent = machine.agent_worker(&rel).is_some();
+                if !agent && !may_concern_servers(mode, &rel) {
+                    continue;
                 }
-                _ => continue,
-            };
-            if !last.contains_key(&rel) {
-                order.push(rel.clone());
+                let t = match ev.event_type {
+                    zk::EventType::NodeCreated => zk::EventType::NodeCreated,
+                    zk::EventType::NodeDeleted => zk::EventType::NodeDeleted,
+                    zk::EventType::NodeDataChanged => {
+                        if last.get(&rel) == Some(&zk::EventType::NodeCreated) {
+                            continue;
+                        }
+                        // An agent's rewrite is its heartbeat: read it at once.
+                        if !agent && machine.contains(&rel) {
+                            self.coalesce.dirty.insert(rel);
+                            continue;
+                        }
+                        // Data of a node not known yet: read it like a creation.
+                        zk::EventType::NodeCreated
+                    }
+                    _ => continue,
+                };
+                if !last.contains_key(&rel) {
+                    order.push(rel.clone());
+                }
+                last.insert(rel, t);
             }
-            last.insert(rel, t);
-        }
+            (order, last)
+        };
         if order.is_empty() {
             return;
         }
@@ -305,14 +303,15 @@ impl Watcher {
                 self.coalesce.forget(path);
             }
         }
-        let c = self.membership.apply(events, now);
+        let c = self.change(|m| m.apply(events, now));
         self.coalesce.read(&c.read);
-        self.settle(c);
     }
 
     async fn flush_dirty(&mut self, client: &zk::Client) {
-        let membership = &self.membership;
-        let due = self.coalesce.take_due(|p| membership.contains(p));
+        let due = {
+            let shared = lock(&self.inner.shared);
+            self.coalesce.take_due(|p| shared.membership.contains(p))
+        };
         if due.is_empty() {
             return;
         }
@@ -335,9 +334,8 @@ impl Watcher {
                 }
             }
         }
-        let c = self.membership.apply(events, Utc::now());
+        let c = self.change(|m| m.apply(events, Utc::now()));
         self.coalesce.read(&c.read);
-        self.settle(c);
     }
 }
 
@@ -393,6 +391,23 @@ impl Coalescer {
             self.dirty.remove(p);
         }
         due
+    }
+}
+
+/// Hands out what a change did: later readers of the view get a new copy;
+/// a membership change wakes the engine; receivers of
+/// [`crate::Registry::subscribe`], while there are any, get every change
+/// with its view.
+fn publish(inner: &Inner, shared: &mut Shared, c: &Changes) {
+    if !c.publish {
+        return;
+    }
+    shared.changed();
+    if inner.all_tx.receiver_count() > 0 {
+        inner.all_tx.send_replace(shared.view());
+    }
+    if c.membership {
+        inner.changes_tx.send_replace(());
     }
 }
 

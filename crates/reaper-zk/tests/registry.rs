@@ -254,6 +254,56 @@ async fn report_time_follows_heartbeats() {
     let _ = delete_tree(&zk, root.trim_end_matches("/dolphinscheduler")).await;
 }
 
+/// Heartbeats reach `view()` without a copy of the view per heartbeat and
+/// without waking the engine; servers coming and going wake it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeat_data_reaches_the_view_without_waking_the_engine() {
+    let Some(zk) = shared_zk().await else { return };
+    let root = unique_root();
+    let h = "10.0.0.7:1234";
+    let mut s = SimServer::register_with(
+        &zk,
+        &root,
+        DsLine::V3_2,
+        NodeKind::Worker,
+        h,
+        &[],
+        Utc::now(),
+        sim_opts(),
+    )
+    .await
+    .unwrap();
+    let reg = Registry::start(settings(&zk, &root, None), CancellationToken::new());
+    let v = wait_view(&reg, "worker", |v| {
+        v.live(NodeKind::Worker, h)
+            .is_some_and(|n| n.report_time.is_some())
+    })
+    .await;
+    let first = v.live(NodeKind::Worker, h).unwrap().report_time.unwrap();
+    let mut changes = reg.changes();
+    changes.mark_unchanged();
+    // no subscriber: report times arrive through view() alone
+    wait_until("a later report time in view()", || {
+        reg.view()
+            .live(NodeKind::Worker, h)
+            .and_then(|n| n.report_time)
+            .is_some_and(|t| t > first)
+    })
+    .await;
+    assert!(
+        !changes.has_changed().unwrap(),
+        "heartbeat data alone woke the engine"
+    );
+    s.crash().await;
+    tokio::time::timeout(WAIT, changes.changed())
+        .await
+        .expect("a lost worker wakes the engine")
+        .unwrap();
+    wait_until("loss in view()", || reg.view().lost_workers.contains_key(h)).await;
+    reg.close().await;
+    let _ = delete_tree(&zk, root.trim_end_matches("/dolphinscheduler")).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn close_makes_the_view_invalid_and_a_closed_session_is_gone() {
     let Some(zk) = shared_zk().await else { return };

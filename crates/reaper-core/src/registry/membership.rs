@@ -109,6 +109,13 @@ pub enum Note {
 pub struct Changes {
     /// The view (or the detection) changed: publish it.
     pub publish: bool,
+    /// Membership changed: a server came or went, losses were stamped or
+    /// forgotten, or the view's validity changed — what a sweeper reacts to.
+    /// False when only heartbeat data (report/startup times, status,
+    /// address) or agent reports changed: those matter only to a sweep that
+    /// reads the view, so an adapter may hand them out lazily instead of
+    /// republishing the whole view for every heartbeat.
+    pub membership: bool,
     /// Paths whose data was read into a node, for adapters that coalesce reads.
     pub read: Vec<String>,
     pub notes: Vec<Note>,
@@ -260,6 +267,7 @@ impl Membership {
         };
         Changes {
             publish: true,
+            membership: true,
             read: Vec::new(),
             notes: vec![Note::Invalid { reason }],
         }
@@ -344,6 +352,7 @@ impl Membership {
             after_gap,
         });
         changes.publish = true;
+        changes.membership = true;
         changes
     }
 
@@ -435,8 +444,10 @@ impl Membership {
         let count = |v: &RegistryView| v.lost_workers.len() + v.lost_masters.len();
         let before = count(&self.view);
         self.view.prune_lost(now, LOST_KEEP);
+        let pruned = count(&self.view) != before;
         Changes {
-            publish: count(&self.view) != before,
+            publish: pruned,
+            membership: pruned,
             ..Changes::default()
         }
     }
@@ -498,6 +509,7 @@ impl Membership {
             _ => {
                 self.by_host.remove(&key);
                 if self.view.remove(kind, host, now) {
+                    changes.membership = true;
                     changes.notes.push(Note::Gone {
                         kind,
                         host: host.to_string(),
@@ -536,6 +548,7 @@ impl Membership {
         }
         info.groups = groups;
         if !existed {
+            changes.membership = true;
             changes.notes.push(Note::Present {
                 kind,
                 host: host.to_string(),

@@ -499,6 +499,63 @@ fn data(report: Option<i64>) -> Vec<u8> {
     }
 }
 
+/// What a sweeper reacts to: validity, live servers and losses.
+type MembershipOf = (
+    Option<Instant>,
+    BTreeSet<String>,
+    BTreeSet<String>,
+    BTreeMap<String, Instant>,
+    BTreeMap<String, Instant>,
+);
+
+fn membership_of(v: &RegistryView) -> MembershipOf {
+    (
+        v.valid_since(),
+        v.workers.keys().cloned().collect(),
+        v.masters.keys().cloned().collect(),
+        v.lost_workers
+            .iter()
+            .map(|(h, t)| (h.clone(), *t))
+            .collect(),
+        v.lost_masters
+            .iter()
+            .map(|(h, t)| (h.clone(), *t))
+            .collect(),
+    )
+}
+
+#[test]
+fn heartbeat_data_alone_is_not_a_membership_change() {
+    let mut m = auto();
+    let c = m.apply_listing(
+        listing(vec![node("/nodes/worker/10.0.0.1:1234", json(1, 2, None))]),
+        t(3),
+    );
+    assert!(c.publish && c.membership);
+    // a new report time, a new startup time (a restart DS sees in the data),
+    // a new address: published, but no server came or went
+    for data in [
+        json(1, 12, None),
+        json(20, 22, None),
+        json(20, 32, Some(("10.9.9.9", 1234))),
+    ] {
+        let c = m.apply([changed("/nodes/worker/10.0.0.1:1234", data)], t(40));
+        assert!(c.publish && !c.membership, "{c:?}");
+    }
+    assert_eq!(worker(&m, "10.0.0.1:1234").startup_time, Some(t(20)));
+    // a server coming or going is
+    let c = m.apply(
+        [present("/nodes/worker/10.0.0.2:1234", json(1, 41, None))],
+        t(41),
+    );
+    assert!(c.publish && c.membership);
+    let c = m.apply([deleted("/nodes/worker/10.0.0.2:1234")], t(42));
+    assert!(c.publish && c.membership);
+    // and so is a gap
+    let c = m.invalidate(Gap::Connection, "disconnected", t(43));
+    assert!(c.publish && c.membership);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
@@ -511,6 +568,8 @@ proptest! {
         let mut now = 0;
         for (op, dt) in ops {
             now += dt;
+            let before = membership_of(m.view());
+            let mut changes = Changes::default();
             match op {
                 Op::Up(h, g) => {
                     if x.truth.contains_key(&(h, g)) {
@@ -518,7 +577,7 @@ proptest! {
                     }
                     x.truth.insert((h, g), Some(now));
                     if !x.in_gap {
-                        m.apply([present(&path(h, g), data(Some(now)))], t(now));
+                        changes = m.apply([present(&path(h, g), data(Some(now)))], t(now));
                         x.live.insert(h);
                         x.lost.remove(&h);
                     }
@@ -528,7 +587,7 @@ proptest! {
                         continue;
                     }
                     if !x.in_gap {
-                        m.apply([deleted(&path(h, g))], t(now));
+                        changes = m.apply([deleted(&path(h, g))], t(now));
                         if !x.truth_live().contains(&h) {
                             x.live.remove(&h);
                             x.lost.insert(h, now);
@@ -539,11 +598,11 @@ proptest! {
                     let Some(r) = x.truth.get_mut(&(h, g)) else { continue };
                     *r = readable.then_some(now);
                     if !x.in_gap {
-                        m.apply([changed(&path(h, g), data(*r))], t(now));
+                        changes = m.apply([changed(&path(h, g), data(*r))], t(now));
                     }
                 }
                 Op::GapStart(session) => {
-                    m.invalidate(
+                    changes = m.invalidate(
                         if session { Gap::Session } else { Gap::Connection },
                         format!("gap at {now}"),
                         t(now),
@@ -555,7 +614,7 @@ proptest! {
                     let nodes = x.truth.iter()
                         .map(|((h, g), r)| node(&path(*h, *g), data(*r)))
                         .collect();
-                    m.apply_listing(listing(nodes), t(now));
+                    changes = m.apply_listing(listing(nodes), t(now));
                     let live = x.truth_live();
                     for h in x.live.difference(&live) {
                         x.lost.insert(*h, now);
@@ -577,6 +636,14 @@ proptest! {
                 }
             }
             let v = m.view();
+            // An adapter may hand out data-only changes lazily: whatever
+            // changes validity, the live hosts or the losses says so.
+            if membership_of(v) != before {
+                prop_assert!(changes.membership, "membership changed unannounced: {:?}", changes);
+            }
+            if changes.membership || membership_of(v) != before {
+                prop_assert!(changes.publish);
+            }
             prop_assert_eq!(v.is_valid(), !x.in_gap);
             if x.in_gap {
                 continue;
