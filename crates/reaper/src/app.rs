@@ -286,7 +286,7 @@ pub async fn sweeper(engine: SharedEngine, cancel: CancellationToken) {
     }
 }
 
-async fn shutdown_signal() {
+pub async fn shutdown_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
@@ -356,4 +356,46 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The agent's settings from `[agent]`, `[zookeeper]` and `[dolphinscheduler]`.
+pub fn agent_settings(s: &Settings) -> anyhow::Result<reaper_agent::AgentSettings> {
+    use reaper_agent::{AgentRegistry, AgentSettings, ZkTarget};
+    let registry = match s.registry.kind {
+        RegistryKind::Zookeeper => {
+            let mut t = ZkTarget::new(s.zookeeper.connect.clone(), s.zookeeper.root.clone());
+            t.session_timeout = s.zookeeper.session_timeout;
+            AgentRegistry::ZooKeeper(t)
+        }
+        other => anyhow::bail!(
+            "registry.type = {:?}: this build's agent publishes through ZooKeeper only (SPEC §12: the JDBC registry has no agents)",
+            other.as_str()
+        ),
+    };
+    let mut a = AgentSettings::new(registry);
+    a.worker = match &s.agent.worker {
+        crate::config::AgentWorker::Auto => None,
+        crate::config::AgentWorker::Named(n) => Some(n.clone()),
+    };
+    a.exec_base = s.agent.exec_base.clone();
+    a.scan_interval = s.agent.scan_interval;
+    a.path = s.agent.path.clone();
+    a.listen = s.agent.listen;
+    a.line = match s.dolphinscheduler.version {
+        VersionSetting::Line(l) => Some(l),
+        VersionSetting::Auto => None,
+    };
+    Ok(a)
+}
+
+/// `ds-reaper agent`: until SIGTERM/SIGINT.
+pub async fn agent(settings: reaper_agent::AgentSettings) -> Result<(), reaper_agent::AgentError> {
+    let cancel = CancellationToken::new();
+    let stop = cancel.clone();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("stopping the agent");
+        stop.cancel();
+    });
+    reaper_agent::run(settings, cancel).await
 }

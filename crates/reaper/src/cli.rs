@@ -36,6 +36,8 @@ pub struct Cli {
 pub enum Command {
     /// Run the daemon until SIGTERM/SIGINT.
     Run,
+    /// Run the worker-host agent (SPEC §12) until SIGTERM/SIGINT.
+    Agent,
     /// One sweep, no writes: list every zombie and what policy would do.
     Check {
         #[arg(long, value_enum, default_value_t = Format::Table)]
@@ -191,6 +193,35 @@ fn dispatch(cli: Cli) -> u8 {
                     tracing::error!(error = format!("{e:#}"), "ds-reaper failed");
                     eprintln!("ds-reaper: {e:#}");
                     1
+                }
+            }
+        }
+        Command::Agent => {
+            let s = match load(&cli) {
+                Ok(s) => s,
+                Err(code) => return code,
+            };
+            let settings = match app::agent_settings(&s) {
+                Ok(a) => a,
+                Err(e) => {
+                    eprintln!("ds-reaper: {e:#}");
+                    return EXIT_CONFIG;
+                }
+            };
+            crate::telemetry::init(s.log.format, &s.log.level);
+            let rt = match runtime() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("ds-reaper: cannot start the runtime: {e}");
+                    return 1;
+                }
+            };
+            match rt.block_on(app::agent(settings)) {
+                Ok(()) => EXIT_OK,
+                Err(e) => {
+                    tracing::error!(error = %e, "the agent failed");
+                    eprintln!("ds-reaper: {e}");
+                    e.exit_code()
                 }
             }
         }

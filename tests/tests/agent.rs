@@ -1,0 +1,173 @@
+//! The worker-host agent and the daemon together (SPEC §12), with real task
+//! processes: a killed process on a live worker becomes `process_gone` and is
+//! failed, nothing else changes; a worker whose registry node is gone while
+//! its agent still lists the task's process is held (`process_alive`) and
+//! acted on only once the process ends; tasks without a process of their own
+//! and tasks on workers without an agent are never `process_gone`.
+
+use ds_sim::db::{SimKind, TaskSpec, WorkflowSpec};
+use ds_sim::procs::ExecBase;
+use reaper_core::NodeKind;
+use reaper_e2e::*;
+use std::process::Stdio;
+
+/// `ds-reaper agent` as a process of its own.
+struct Agent {
+    child: tokio::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Agent {
+    async fn start(root: &str, worker: &str, exec_base: &std::path::Path) -> anyhow::Result<Agent> {
+        let dir = tempfile::tempdir()?;
+        let config = dir.path().join("agent.toml");
+        let extra = format!(
+            "[agent]\nworker = \"{worker}\"\nexec_base = \"{}\"\nscan_interval = \"1s\"\nlisten = \"127.0.0.1:{}\"\n",
+            exec_base.display(),
+            free_port()
+        );
+        let audit = dir.path().join("unused-audit.jsonl");
+        std::fs::write(
+            &config,
+            config_toml(
+                "mysql://unused@127.0.0.1/unused",
+                root,
+                free_port(),
+                &audit.display().to_string(),
+                &extra,
+            ),
+        )?;
+        let log = std::fs::File::create(dir.path().join("agent.log"))?;
+        let child = tokio::process::Command::new(binary()?)
+            .arg("--config")
+            .arg(&config)
+            .arg("agent")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()?;
+        Ok(Agent { child, _dir: dir })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_process_is_process_gone_and_a_live_one_holds_a_lost_worker() -> anyhow::Result<()> {
+    if !services_up().await {
+        return Ok(());
+    }
+    let db = sim_db(SimKind::MySql, "3.2.2").await?;
+    let line = db.line;
+    let root = unique_root();
+    let _m = server(&root, line, NodeKind::Master, "10.0.0.1:5678", &[]).await?;
+    let mut w1 = server(&root, line, NodeKind::Worker, "10.0.0.11:1234", &[]).await?;
+    let _w2 = server(&root, line, NodeKind::Worker, "10.0.0.12:1234", &[]).await?;
+    let _w3 = server(&root, line, NodeKind::Worker, "10.0.0.13:1234", &[]).await?;
+    let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
+    let on = |host: &str, task_type: &str| {
+        let mut t = TaskSpec::new(wf, 1, Some(host));
+        t.task_type = task_type.into();
+        t
+    };
+    let dies = db.insert_task(&on("10.0.0.11:1234", "SHELL")).await?;
+    let runs = db.insert_task(&on("10.0.0.11:1234", "SHELL")).await?;
+    let sql = db.insert_task(&on("10.0.0.11:1234", "SQL")).await?;
+    let no_agent = db.insert_task(&on("10.0.0.12:1234", "SHELL")).await?;
+
+    let exec = ExecBase::new()?;
+    let mut p_dies = exec.start(line, wf, dies)?;
+    let mut p_runs = exec.start(line, wf, runs)?;
+    let mut agent = Agent::start(&root, "10.0.0.11:1234", exec.path()).await?;
+
+    let policy = "[policy]\nworker_lost = \"fail\"\nprocess_gone = \"fail\"\n";
+    let mut d = Daemon::start_with_env(
+        db.url(),
+        &root,
+        policy,
+        &[
+            ("DS_REAPER__RECONCILE__PROCESS_GONE_AFTER", "3s"),
+            ("DS_REAPER__RECONCILE__AGENT_STALE_AFTER", "10s"),
+        ],
+    )
+    .await?;
+    d.wait_ready().await?;
+    wait_until("the agent is fresh and lists both processes", || async {
+        let w = d.json("/api/v1/workers").await?;
+        Ok(w["workers"].as_array().into_iter().flatten().any(|x| {
+            x["host"] == "10.0.0.11:1234" && x["agent"]["fresh"] == true && x["agent"]["tasks"] == 2
+        }))
+    })
+    .await?;
+    d.wait_sweeps(3).await?;
+    for t in [dies, runs, sql, no_agent] {
+        assert_eq!(
+            db.task_state(t).await?.state,
+            1,
+            "healthy: task {t} untouched"
+        );
+    }
+
+    // The process dies; the worker lives; the row stays RUNNING: process_gone.
+    p_dies.kill()?;
+    wait_until("the dead process's task failed", || async {
+        Ok(db.task_state(dies).await?.state == 6)
+    })
+    .await?;
+    let done = d.audit_events("done", Some(dies));
+    assert_eq!(done.len(), 1, "{:#?}", d.audit());
+    assert_eq!(done[0]["reason"], "process_gone");
+    assert!(
+        done[0]["evidence"]["process_missing_since"].is_string(),
+        "{:#}",
+        done[0]
+    );
+    d.wait_sweeps(2).await?;
+    for t in [runs, sql, no_agent] {
+        assert_eq!(
+            db.task_state(t).await?.state,
+            1,
+            "only the dead one: task {t}"
+        );
+    }
+
+    // The registry drops the worker while its task's process still runs.
+    w1.crash().await;
+    wait_until(
+        "the SQL task (no process of its own) failed as worker_lost",
+        || async { Ok(db.task_state(sql).await?.state == 6) },
+    )
+    .await?;
+    d.wait_sweeps(3).await?;
+    assert_eq!(
+        db.task_state(runs).await?.state,
+        1,
+        "held while its process runs"
+    );
+    let zs = d.json("/api/v1/zombies").await?;
+    let held = zs["zombies"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|z| z["task_id"] == runs)
+        .cloned()
+        .unwrap_or_else(|| panic!("the held task is reported: {zs:#}"));
+    assert_eq!(held["reason"], "worker_lost", "{held:#}");
+    assert_eq!(held["note"], "process_alive", "{held:#}");
+    assert!(d.audit_events("intent", Some(runs)).is_empty());
+
+    // The process ends: acted on.
+    p_runs.kill()?;
+    wait_until("the held task failed once its process ended", || async {
+        Ok(db.task_state(runs).await?.state == 6)
+    })
+    .await?;
+    assert_eq!(
+        db.task_state(no_agent).await?.state,
+        1,
+        "no agent: never process_gone"
+    );
+    assert_eq!(d.terminate().await?, Some(0));
+    agent.child.start_kill()?;
+    let _ = agent.child.wait().await;
+    cleanup(db, &root).await
+}
