@@ -462,3 +462,51 @@ impl Daemon {
             .collect()
     }
 }
+
+/// `ds-reaper agent` as a process of its own: worker `worker`, exec base
+/// `exec_base`, a scan every second; `extra` is appended to its config
+/// (e.g. a `[registry]` and `[etcd]` section).
+pub struct AgentProcess {
+    pub child: tokio::process::Child,
+    pub dir: tempfile::TempDir,
+}
+
+impl AgentProcess {
+    pub async fn start(
+        root: &str,
+        worker: &str,
+        exec_base: &std::path::Path,
+        extra: &str,
+    ) -> Result<AgentProcess> {
+        let dir = tempfile::tempdir()?;
+        let config = dir.path().join("agent.toml");
+        let agent = format!(
+            "[agent]\nworker = \"{worker}\"\nexec_base = \"{}\"\nscan_interval = \"1s\"\nlisten = \"127.0.0.1:{}\"\n{extra}",
+            exec_base.display(),
+            free_port()
+        );
+        let audit = dir.path().join("unused-audit.jsonl");
+        std::fs::write(
+            &config,
+            config_toml(
+                "mysql://unused@127.0.0.1/unused",
+                root,
+                free_port(),
+                &audit.display().to_string(),
+                &agent,
+            ),
+        )?;
+        let log = std::fs::File::create(dir.path().join("agent.log"))?;
+        let child = tokio::process::Command::new(binary()?)
+            .arg("--config")
+            .arg(&config)
+            .arg("agent")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .context("spawning ds-reaper agent")?;
+        Ok(AgentProcess { child, dir })
+    }
+}

@@ -9,47 +9,6 @@ use ds_sim::db::{SimKind, TaskSpec, WorkflowSpec};
 use ds_sim::procs::ExecBase;
 use reaper_core::NodeKind;
 use reaper_e2e::*;
-use std::process::Stdio;
-
-/// `ds-reaper agent` as a process of its own.
-struct Agent {
-    child: tokio::process::Child,
-    _dir: tempfile::TempDir,
-}
-
-impl Agent {
-    async fn start(root: &str, worker: &str, exec_base: &std::path::Path) -> anyhow::Result<Agent> {
-        let dir = tempfile::tempdir()?;
-        let config = dir.path().join("agent.toml");
-        let extra = format!(
-            "[agent]\nworker = \"{worker}\"\nexec_base = \"{}\"\nscan_interval = \"1s\"\nlisten = \"127.0.0.1:{}\"\n",
-            exec_base.display(),
-            free_port()
-        );
-        let audit = dir.path().join("unused-audit.jsonl");
-        std::fs::write(
-            &config,
-            config_toml(
-                "mysql://unused@127.0.0.1/unused",
-                root,
-                free_port(),
-                &audit.display().to_string(),
-                &extra,
-            ),
-        )?;
-        let log = std::fs::File::create(dir.path().join("agent.log"))?;
-        let child = tokio::process::Command::new(binary()?)
-            .arg("--config")
-            .arg(&config)
-            .arg("agent")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .kill_on_drop(true)
-            .spawn()?;
-        Ok(Agent { child, _dir: dir })
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_process_is_process_gone_and_a_live_one_holds_a_lost_worker() -> anyhow::Result<()> {
@@ -77,7 +36,7 @@ async fn a_dead_process_is_process_gone_and_a_live_one_holds_a_lost_worker() -> 
     let exec = ExecBase::new()?;
     let mut p_dies = exec.start(line, wf, dies)?;
     let mut p_runs = exec.start(line, wf, runs)?;
-    let mut agent = Agent::start(&root, "10.0.0.11:1234", exec.path()).await?;
+    let mut agent = AgentProcess::start(&root, "10.0.0.11:1234", exec.path(), "").await?;
 
     let policy = "[policy]\nworker_lost = \"fail\"\nprocess_gone = \"fail\"\n";
     let mut d = Daemon::start_with_env(

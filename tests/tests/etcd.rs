@@ -12,7 +12,9 @@ use std::time::Duration;
 
 /// The shared test etcd's endpoints; fails under CI when it is missing.
 async fn etcd_endpoints() -> Option<Vec<String>> {
-    let eps = ds_sim::etcd::endpoints_from("ETCD_ENDPOINTS");
+    let eps = ds_sim::etcd::endpoints_from(
+        &std::env::var("ETCD_ENDPOINTS").unwrap_or_else(|_| "http://127.0.0.1:2379".into()),
+    );
     if ds_sim::etcd::healthy(&eps, Duration::from_secs(5)).await {
         return Some(eps);
     }
@@ -270,6 +272,60 @@ async fn etcd_two_replicas_one_leader_and_the_survivor_takes_over_a_kill_9() -> 
     assert_eq!(survivor.audit_events("done", Some(second)).len(), 1);
     let mut survivor = survivor;
     assert_eq!(survivor.terminate().await?, Some(0));
+    ds_sim::etcd::delete_prefix(&eps, &ns).await?;
+    db.drop().await
+}
+
+/// SPEC §12 on etcd: the agent's key is bound to a lease of its own and the
+/// daemon on the etcd registry sees the agent fresh beside its worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_an_agent_publishes_and_the_daemon_sees_it() -> anyhow::Result<()> {
+    if !services_up().await {
+        return Ok(());
+    }
+    let Some(eps) = etcd_endpoints().await else {
+        return Ok(());
+    };
+    let db = sim_db(SimKind::Postgres, "3.2.2").await?;
+    let ns = namespace();
+    let _m = etcd_server(&eps, &ns, NodeKind::Master, "10.0.0.1:5678").await?;
+    let _w1 = etcd_server(&eps, &ns, NodeKind::Worker, "10.0.0.11:1234").await?;
+    let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
+    let task = db
+        .insert_task(&TaskSpec::new(wf, 1, Some("10.0.0.11:1234")))
+        .await?;
+    let exec = ds_sim::procs::ExecBase::new()?;
+    let mut p = exec.start(DsLine::V3_2, wf, task)?;
+    let registry = etcd_config(&eps, &ns, "");
+    let mut agent =
+        AgentProcess::start("/unused", "10.0.0.11:1234", exec.path(), &registry).await?;
+    let mut d = Daemon::start(db.url(), "/unused", &registry).await?;
+    d.wait_ready().await?;
+    wait_until(
+        "the daemon sees the agent fresh, listing the task",
+        || async {
+            let w = d.json("/api/v1/workers").await?;
+            Ok(w["workers"].as_array().into_iter().flatten().any(|x| {
+                x["host"] == "10.0.0.11:1234"
+                    && x["agent"]["fresh"] == true
+                    && x["agent"]["tasks"] == 1
+            }))
+        },
+    )
+    .await?;
+    p.kill()?;
+    wait_until("the next report lacks the task", || async {
+        let w = d.json("/api/v1/workers").await?;
+        Ok(w["workers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|x| x["host"] == "10.0.0.11:1234" && x["agent"]["tasks"] == 0))
+    })
+    .await?;
+    agent.child.start_kill()?;
+    let _ = agent.child.wait().await;
+    assert_eq!(d.terminate().await?, Some(0));
     ds_sim::etcd::delete_prefix(&eps, &ns).await?;
     db.drop().await
 }

@@ -23,6 +23,7 @@
 //! - `runtime`: the scan loop and shutdown; `http`: the endpoints; [`metrics`].
 //! - [`testing`]: a fake proc tree and a denying source, for tests and benchmarks.
 
+pub mod etcd;
 pub mod execpath;
 pub mod host;
 mod http;
@@ -34,6 +35,7 @@ pub mod scan;
 pub mod testing;
 pub mod zk;
 
+pub use etcd::{EtcdPublisher, EtcdTarget};
 pub use execpath::{ExecPaths, TaskRef};
 pub use proc::{ProcFs, ProcSource};
 pub use publish::{PublishError, Publisher};
@@ -76,6 +78,7 @@ pub struct AgentSettings {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AgentRegistry {
     ZooKeeper(ZkTarget),
+    Etcd(EtcdTarget),
 }
 
 impl AgentSettings {

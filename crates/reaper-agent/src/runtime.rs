@@ -163,6 +163,11 @@ impl Agent {
                     settings.line,
                     cancel.child_token(),
                 )),
+                AgentRegistry::Etcd(t) => Arc::new(crate::etcd::EtcdPublisher::start(
+                    t.clone(),
+                    &settings.path,
+                    cancel.child_token(),
+                )),
             },
         };
         let source = self

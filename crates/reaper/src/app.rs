@@ -367,9 +367,9 @@ pub fn agent_settings(s: &Settings) -> anyhow::Result<reaper_agent::AgentSetting
             t.session_timeout = s.zookeeper.session_timeout;
             AgentRegistry::ZooKeeper(t)
         }
-        other => anyhow::bail!(
-            "registry.type = {:?}: this build's agent publishes through ZooKeeper only (SPEC §12: the JDBC registry has no agents)",
-            other.as_str()
+        RegistryKind::Etcd => AgentRegistry::Etcd(reaper_agent::EtcdTarget(etcd_settings(s))),
+        RegistryKind::Jdbc => anyhow::bail!(
+            "registry.type = \"jdbc\": agents publish through ZooKeeper or etcd only (SPEC §12)"
         ),
     };
     let mut a = AgentSettings::new(registry);

@@ -1,0 +1,108 @@
+//! Publishing through DS's etcd registry (SPEC §12, §14): the agent's key is
+//! bound to a lease of its own (`reaper_etcd::EtcdAgentPublisher`), and the
+//! registered workers for `agent.worker = "auto"` come from a read-only view
+//! of the registry.
+
+use crate::host::RegisteredWorker;
+use crate::publish::{PublishError, Publisher};
+use futures::future::BoxFuture;
+use reaper_core::agent::AgentReport;
+use reaper_etcd::{EtcdAgentPublisher, EtcdRegistry, EtcdSettings};
+use tokio_util::sync::CancellationToken;
+
+/// Where the agent publishes on etcd: DS's `[etcd]` settings.
+#[derive(Clone)]
+pub struct EtcdTarget(pub EtcdSettings);
+
+impl std::fmt::Debug for EtcdTarget {
+    // EtcdSettings' own Debug hides the password
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl Eq for EtcdTarget {}
+
+impl PartialEq for EtcdTarget {
+    fn eq(&self, o: &Self) -> bool {
+        self.0.endpoints == o.0.endpoints && self.0.namespace == o.0.namespace
+    }
+}
+
+pub struct EtcdPublisher {
+    settings: EtcdSettings,
+    path: String,
+    registry: EtcdRegistry,
+    /// The publisher of the worker the agent found, made on first publish.
+    current: tokio::sync::Mutex<Option<(String, EtcdAgentPublisher)>>,
+}
+
+impl EtcdPublisher {
+    pub fn start(target: EtcdTarget, path: &str, cancel: CancellationToken) -> EtcdPublisher {
+        let mut settings = target.0;
+        // The agent reads only the server nodes; it publishes its own key.
+        settings.agents = None;
+        EtcdPublisher {
+            registry: EtcdRegistry::start(settings.clone(), cancel),
+            settings,
+            path: path.to_string(),
+            current: tokio::sync::Mutex::new(None),
+        }
+    }
+}
+
+impl Publisher for EtcdPublisher {
+    fn publish<'a>(
+        &'a self,
+        worker: &'a str,
+        report: &'a AgentReport,
+    ) -> BoxFuture<'a, Result<(), PublishError>> {
+        Box::pin(async move {
+            let mut cur = self.current.lock().await;
+            if cur.as_ref().is_none_or(|(w, _)| w != worker) {
+                if let Some((_, old)) = cur.take() {
+                    old.close().await;
+                }
+                let p = EtcdAgentPublisher::new(self.settings.clone(), &self.path, worker);
+                *cur = Some((worker.to_string(), p));
+            }
+            let (_, p) = cur.as_ref().expect("set above");
+            p.publish(report)
+                .await
+                .map_err(|e| PublishError::new(e.to_string()))
+        })
+    }
+
+    fn workers(&self) -> BoxFuture<'_, Result<Vec<RegisteredWorker>, PublishError>> {
+        Box::pin(async move {
+            let view = self.registry.view();
+            if !view.is_valid() {
+                return Err(PublishError::new("the etcd registry view is not valid yet"));
+            }
+            Ok(view
+                .workers
+                .values()
+                .map(|n| RegisteredWorker {
+                    name: n.host.clone(),
+                    heartbeat_host: n
+                        .address
+                        .as_deref()
+                        .and_then(|a| a.rsplit_once(':').map(|(h, _)| h.to_string())),
+                })
+                .collect())
+        })
+    }
+
+    fn connected(&self) -> bool {
+        self.registry.view().is_valid()
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if let Some((_, p)) = self.current.lock().await.take() {
+                p.close().await;
+            }
+            self.registry.close().await;
+        })
+    }
+}
