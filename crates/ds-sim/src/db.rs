@@ -569,36 +569,49 @@ impl SimDb {
     /// Bulk-fills `n` task rows of workflow `wf` in `state` with `host`, fast
     /// (one `INSERT … SELECT` over a generated series). Returns (first id, last id).
     pub async fn bulk_fill(&self, wf: i64, n: u64, state: i32, host: &str) -> Result<(i64, i64)> {
-        self.bulk_tasks(n, state, host, |_| wf.to_string()).await
+        let chunk = 500_000u64;
+        let parts = (0..n.div_ceil(chunk)).map(|k| {
+            let rows = (n - k * chunk).min(chunk);
+            (wf.to_string(), self.series(rows))
+        });
+        self.bulk_tasks(state, host, parts.collect()).await
     }
 
-    /// Bulk-fills `workflows * per_workflow` task rows in `state` with `host`,
-    /// `per_workflow` for each workflow from `first_workflow` on, in id order.
-    /// Returns (first id, last id).
+    /// Bulk-fills `per_workflow` task rows in `state` with `host` for each
+    /// workflow instance with an id in `workflows` (inclusive), in id order,
+    /// tasks after their workflow as DS inserts them. Returns (first id, last id).
     pub async fn bulk_fill_spread(
         &self,
-        first_workflow: i64,
-        workflows: u64,
+        workflows: (i64, i64),
         per_workflow: u64,
         state: i32,
         host: &str,
     ) -> Result<(i64, i64)> {
-        let per = per_workflow.max(1);
-        self.bulk_tasks(workflows * per, state, host, |done| {
-            // FLOOR: `/` divides exactly on MySQL
-            format!("{first_workflow} + FLOOR(({done} + s.seq - 1) / {per})")
-        })
-        .await
+        let table = self.line.workflow_table();
+        let series = self.series(per_workflow.max(1));
+        let step = 100_000i64;
+        let mut parts = Vec::new();
+        let mut a = workflows.0;
+        while a <= workflows.1 {
+            let b = (a + step - 1).min(workflows.1);
+            parts.push((
+                "w.id".to_string(),
+                format!(
+                    "{table} w CROSS JOIN {series} WHERE w.id BETWEEN {a} AND {b} ORDER BY w.id, s.seq"
+                ),
+            ));
+            a = b + 1;
+        }
+        self.bulk_tasks(state, host, parts).await
     }
 
-    /// `n` task rows, their workflow id given by `fk` as an SQL expression of
-    /// the rows already inserted (`done`) and the series column `s.seq` (from 1).
+    /// Task rows from `INSERT … SELECT` statements, one per part: the
+    /// workflow id as an SQL expression and the `FROM` clause it reads.
     async fn bulk_tasks(
         &self,
-        n: u64,
         state: i32,
         host: &str,
-        fk: impl Fn(u64) -> String,
+        parts: Vec<(String, String)>,
     ) -> Result<(i64, i64)> {
         let line = self.line;
         let (wg_col, wg_val) = if line == DsLine::V1_2 {
@@ -623,7 +636,7 @@ impl SimDb {
         let mut vals = vec![
             "'bulk'".to_string(),
             "'SHELL'".into(),
-            String::new(), // the workflow id, per chunk
+            String::new(), // the workflow id, per part
             state.to_string(),
             ts.into(),
             ts.into(),
@@ -643,22 +656,16 @@ impl SimDb {
             vals.push("4242".into());
         }
         let before = self.max_task_id().await?;
-        let chunk = 500_000u64;
-        let mut done = 0;
-        while done < n {
-            let k = (n - done).min(chunk);
-            vals[2] = fk(done);
+        for (fk, from) in parts {
+            vals[2] = fk;
             let sql = format!(
-                "INSERT INTO t_ds_task_instance ({}) SELECT {} FROM {}",
+                "INSERT INTO t_ds_task_instance ({}) SELECT {} FROM {from}",
                 cols.join(", "),
                 vals.join(", "),
-                self.series(k)
             );
             self.exec(&sql).await?;
-            done += k;
         }
-        let after = self.max_task_id().await?;
-        Ok((before + 1, after))
+        self.inserted(TASK, before).await
     }
 
     /// A row source of `1..=k` as column `s.seq`.
@@ -728,7 +735,22 @@ impl SimDb {
             self.exec(&sql).await?;
             done += k;
         }
-        Ok((before + 1, self.max_id(table).await?))
+        self.inserted(table, before).await
+    }
+
+    /// The first and last ids above `before`: what an `INSERT … SELECT`
+    /// was given (MariaDB leaves gaps in the ids of bulk inserts).
+    async fn inserted(&self, table: &str, before: i64) -> Result<(i64, i64)> {
+        let sql = format!(
+            "SELECT COALESCE(MIN(id), 0), COALESCE(MAX(id), 0) FROM {table} WHERE id > {before}"
+        );
+        Ok(match &self.pool {
+            SimPool::My(p) => sqlx::query_as::<_, (i64, i64)>(&sql).fetch_one(p).await?,
+            SimPool::Pg(p) => {
+                let (a, b) = sqlx::query_as::<_, (i32, i32)>(&sql).fetch_one(p).await?;
+                (i64::from(a), i64::from(b))
+            }
+        })
     }
 
     async fn max_id(&self, table: &str) -> Result<i64> {
