@@ -10,9 +10,9 @@
 //!   `UPDATE … FROM UNNEST … RETURNING`, MySQL has no `RETURNING` and locks,
 //!   compares and updates by id;
 //! - the id of an inserted command: `RETURNING id` / `LAST_INSERT_ID()`;
-//! - a filter on a set of ids in a column without an index on PostgreSQL (the
-//!   task table's workflow column): one array parameter there, lists of
-//!   placeholders on MySQL, where the column has an index.
+//! - a filter on a set of ids (`in_set`): one array parameter on PostgreSQL,
+//!   where the task table's workflow column has no index (one hashed scan),
+//!   a list of integer literals on MySQL, where it has one.
 //!
 //! Row locks are not among them: `SELECT … FOR UPDATE` reads the same on both.
 
@@ -51,9 +51,10 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
 
     /// Writes the placeholder of the `n`-th bound value (from 1).
     fn placeholder(n: usize, out: &mut String);
-    /// `col` (an `int` column) is one of `ids`, as a `WHERE` condition: for
-    /// reads by a column that has an index on MySQL (the task table's
-    /// workflow column) and none on PostgreSQL, planned for the values bound.
+    /// `col` (an `int` column) is one of `ids`, as a `WHERE` condition,
+    /// planned for these values: for reads by primary key and by the task
+    /// table's workflow column, which has an index on MySQL and none on
+    /// PostgreSQL.
     fn in_set(q: &mut Sql<Self>, col: &str, ids: &[i64]);
     /// `expr` as text (catalog names may come back as binary strings).
     fn as_text(expr: &str) -> String;

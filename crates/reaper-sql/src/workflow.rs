@@ -18,7 +18,7 @@ pub use cursor::{WorkflowCursor, WorkflowCursorStats};
 use crate::dialect::Dialect;
 use crate::read::BadRow;
 use crate::schema::Catalog;
-use crate::{Db, SqlError, ID_BATCH, PAGE};
+use crate::{Db, SqlError, PAGE};
 use cursor::{candidate, recheck, summarise, tracked_states, SumRow, Summary};
 use reaper_core::ports::WorkflowOutcome;
 use reaper_core::workflow::WorkflowCandidate;
@@ -49,6 +49,14 @@ fn sort_rows(rows: Vec<WorkflowCandidate>, states: &[i32], tracked: &[i32], out:
 }
 
 impl Db {
+    /// Ids per statement of an id-set read on this database.
+    fn set_chunk(&self) -> usize {
+        match self.pool {
+            crate::Pool::My(_) => <crate::dialect::MySql as Dialect>::SET_CHUNK,
+            crate::Pool::Pg(_) => <crate::dialect::Postgres as Dialect>::SET_CHUNK,
+        }
+    }
+
     async fn wf_tops(&self, line: DsLine) -> Result<(Option<i64>, Option<i64>), SqlError> {
         with_conn!(self, "reading the top task and workflow ids", |c: D| {
             stmt::tops::<D>(c, line)
@@ -80,7 +88,7 @@ impl Db {
         let zone = self.zone;
         let mut rows = Vec::new();
         let mut bad = BTreeSet::new();
-        for chunk in ids.chunks(ID_BATCH) {
+        for chunk in ids.chunks(self.set_chunk()) {
             let page = with_conn!(self, "reading workflow rows by id", |c: D| {
                 stmt::by_ids::<D>(c, line, cat, zone, tracked, chunk)
             })?;
@@ -126,12 +134,8 @@ impl Db {
         wfs: &[i64],
         above: Option<i64>,
     ) -> Result<Vec<SumRow>, SqlError> {
-        let chunk = match self.pool {
-            crate::Pool::My(_) => <crate::dialect::MySql as Dialect>::SET_CHUNK,
-            crate::Pool::Pg(_) => <crate::dialect::Postgres as Dialect>::SET_CHUNK,
-        };
         let mut out = Vec::new();
-        for ids in wfs.chunks(chunk) {
+        for ids in wfs.chunks(self.set_chunk()) {
             out.extend(with_conn!(
                 self,
                 "reading the task rows of workflows",
@@ -143,7 +147,7 @@ impl Db {
 
     async fn tasks_by_id(&self, line: DsLine, ids: &[i64]) -> Result<Vec<SumRow>, SqlError> {
         let mut out = Vec::new();
-        for chunk in ids.chunks(ID_BATCH) {
+        for chunk in ids.chunks(self.set_chunk()) {
             out.extend(with_conn!(
                 self,
                 "reading live task rows of workflows by id",

@@ -147,10 +147,9 @@ pub(crate) async fn by_ids<D: Dialect>(
         return Ok(WfPage::default());
     }
     let mut q = Sql::<D>::new(select(line, cat));
-    q.push(" WHERE w.id IN (")
-        .bind_list(ids.iter())
-        .push(") ORDER BY w.id");
-    q.one_off();
+    q.push(" WHERE ");
+    D::in_set(&mut q, "w.id", ids);
+    q.push(" ORDER BY w.id");
     let rows = q.fetch_all(c).await?;
     decode_page::<D>(zone, tracked, &rows)
 }
@@ -233,10 +232,9 @@ pub(crate) async fn tasks_by_id<D: Dialect>(
     }
     let fk = names(line).fk;
     let mut q = Sql::<D>::new(format!(
-        "SELECT t.{fk}, t.id, t.state, t.flag, t.host, t.end_time FROM {TASK} t WHERE t.id IN ("
+        "SELECT t.{fk}, t.id, t.state, t.flag, t.host, t.end_time FROM {TASK} t WHERE "
     ));
-    q.bind_list(ids.iter()).push(")");
-    q.one_off();
+    D::in_set(&mut q, "t.id", ids);
     let rows = q.fetch_all(c).await?;
     let mut out = Vec::with_capacity(rows.len());
     for r in &rows {
@@ -316,7 +314,7 @@ mod tests {
         let group = format!(" GROUP BY t.process_instance_id, {live}");
         assert_eq!(
             summary_sql::<MySql>(DsLine::V3_2, &[4, 5], Some(100)).text(),
-            format!("{head}t.id > ? AND t.process_instance_id IN (?,?){group}")
+            format!("{head}t.id > ? AND t.process_instance_id IN (4,5){group}")
         );
         assert_eq!(
             summary_sql::<Postgres>(DsLine::V3_2, &[4, 5], None).text(),
