@@ -55,7 +55,7 @@ install_missing() {
   command -v psql >/dev/null || pkgs+=(postgresql-client)
   # promtool and a real Prometheus for the alert-rule tests
   command -v promtool >/dev/null && command -v prometheus >/dev/null || pkgs+=(prometheus)
-  # headless Chromium for the status page's browser test (tests/tests/page.rs)
+  # headless Chromium for the status page's browser test (tests/tests/e2e/page.rs)
   command -v chromium >/dev/null || pkgs+=(chromium)
   # DS's etcd registry (reaper-etcd, ds-sim), and protoc for the etcd-client crate's build
   command -v etcd >/dev/null || pkgs+=(etcd-server)

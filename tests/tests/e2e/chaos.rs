@@ -8,10 +8,8 @@
 //! ZooKeeper kills use a private server (`PrivateZk`); the database outage is a
 //! proxy in this process. The shared services are never disturbed.
 
-mod common_chaos;
-
+use crate::common_chaos::*;
 use anyhow::Result;
-use common_chaos::*;
 use ds_sim::db::{SimDb, SimKind, SimPool, TaskSpec, WorkflowSpec};
 use ds_sim::zk::{SimFleet, SimOptions, SimServer};
 use ds_sim::zkserver::PrivateZk;

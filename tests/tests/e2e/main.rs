@@ -1,0 +1,23 @@
+//! The end-to-end suite: the `ds-reaper` binary (and its agent) against real
+//! ZooKeeper, etcd, MariaDB and PostgreSQL, one module per subject. One test
+//! binary, so that its tests — mostly waiting on processes and services —
+//! run concurrently (`--test-threads`); the harness is `reaper_e2e` (lib.rs).
+
+mod agent;
+mod api;
+mod chaos;
+mod cli;
+mod common_chaos;
+mod daemon;
+mod etcd;
+mod followups;
+mod jdbc;
+mod judging;
+mod leader;
+mod lines;
+mod page;
+mod policy;
+mod prometheus;
+mod safety;
+mod secrets;
+mod workflows;
