@@ -5,6 +5,7 @@
 
 mod agent;
 mod api;
+mod bench_agent;
 mod chaos;
 mod cli;
 mod common_chaos;
