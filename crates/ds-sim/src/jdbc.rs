@@ -29,9 +29,12 @@
 //!
 //! A crash is a server that stops refreshing: its rows stay as they were.
 //! The tables come from `<schema dir>/jdbc-registry/<fixture>/` (3.3.2 and
-//! 3.4.0 already carry dev's in their main schema), never from this crate.
+//! 3.4.0 already carry dev's in their main schema), or — for a database
+//! created from ds-sim's description — from that description
+//! ([`crate::schema::registry_ddl`]).
 
-use crate::db::{schema_dir, server_url, SimDb, SimKind, SimPool};
+use crate::db::{schema_dir, server_url, SchemaSource, SimDb, SimKind, SimPool};
+use crate::schema::{self, Release};
 use crate::zk::{encode_heartbeat_for, node_paths, SIM_PID};
 use anyhow::{bail, Context, Result};
 use chrono::{NaiveDateTime, Utc};
@@ -691,11 +694,34 @@ impl SimRegistryDb {
         })
     }
 
-    /// The registry tables in a [`SimDb`]'s database: loaded from
-    /// `jdbc-registry/` unless its schema already has them (dev, 3.3.2, 3.4.0).
+    /// The registry tables in a [`SimDb`]'s database. A database created
+    /// from ds-sim's description gets the description's registry tables
+    /// (from dev on its main tables already include them), so this needs
+    /// nothing beyond the repository; one loaded from DS's schema files gets
+    /// the registry plugin's file from `jdbc-registry/`, unless its schema
+    /// already has them (dev, 3.3.2, 3.4.0).
     pub async fn attach(sim: &SimDb) -> Result<SimRegistryDb> {
         let tables = tables_of(&sim.fixture)?;
-        if !sim.has_column("t_ds_jdbc_registry_client_heartbeat", "last_heartbeat_time")
+        if sim.source == SchemaSource::Described {
+            let release = Release::from_fixture(&sim.fixture)
+                .with_context(|| format!("ds-sim has no description of {}", sim.fixture))?;
+            let main_has_them = schema::tables(release).any(|t| t.name == tables.data());
+            if !main_has_them {
+                let ddl = schema::registry_ddl(sim.kind, release);
+                if ddl.is_empty() {
+                    bail!(
+                        "DS {} has no database registry on {:?}",
+                        sim.fixture,
+                        sim.kind
+                    );
+                }
+                for stmt in &ddl {
+                    sim.exec(stmt)
+                        .await
+                        .context("creating the described registry tables")?;
+                }
+            }
+        } else if !sim.has_column("t_ds_jdbc_registry_client_heartbeat", "last_heartbeat_time")
             || tables != Tables::Client33
         {
             let file = registry_schema_file(sim.kind, &sim.fixture);

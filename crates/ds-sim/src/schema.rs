@@ -22,8 +22,17 @@
 //!
 //! Other columns, indexes and the tables nothing here touches are left out:
 //! the benchmarks, which depend on DS's indexes, load the real schema files.
+//!
+//! The database registry's tables (reference §3.5) are described too
+//! ([`REGISTRY_TABLES`], [`registry_ddl`]): 3.1's MySQL registry (MySQL
+//! only) and 3.2's JDBC registry ship as the registry plugin's own SQL file,
+//! outside DS's main schema; from dev (3.3) on, DS's main schema carries the
+//! JDBC registry's tables, so [`tables`] and [`ddl`] include them there. Their
+//! unique key columns are described, since the registry writes rely on them.
+//!
 //! `tests/schema_agreement.rs` checks, table by table and line by line on
-//! both databases, that this description agrees with the real schemas.
+//! both databases, that this description agrees with the real schemas (the
+//! registry tables against the plugin's files as well).
 
 use crate::db::SimKind;
 
@@ -106,6 +115,9 @@ pub enum Ty {
     /// A state, flag or enum code: `tinyint` on MySQL, `int` on PostgreSQL.
     Code,
     Varchar(u16),
+    /// `varchar` without a length (DS's PostgreSQL files); a column of this
+    /// type names its MySQL type with `on_mysql`.
+    VarcharAny,
     /// `text` (DS uses `longtext` for some on MySQL; the same to every reader here).
     Text,
     /// `datetime` on MySQL, `timestamp` (without time zone) on PostgreSQL.
@@ -120,6 +132,9 @@ impl Ty {
             (Ty::Code, SimKind::MySql) => "tinyint".into(),
             (Ty::Code, SimKind::Postgres) => "int".into(),
             (Ty::Varchar(n), _) => format!("varchar({n})"),
+            (Ty::VarcharAny, SimKind::Postgres) => "varchar".into(),
+            // never described without `on_mysql`; a bounded stand-in
+            (Ty::VarcharAny, SimKind::MySql) => "varchar(255)".into(),
             (Ty::Text, _) => "text".into(),
             (Ty::Timestamp, SimKind::MySql) => "datetime".into(),
             (Ty::Timestamp, SimKind::Postgres) => "timestamp".into(),
@@ -170,6 +185,8 @@ pub struct Column {
     pub default_mysql_only: bool,
     pub since: Release,
     pub until: Option<Release>,
+    /// The primary key without a generated value (DS assigns it).
+    pub primary: bool,
 }
 
 const fn c(name: &'static str, ty: Ty) -> Column {
@@ -182,6 +199,7 @@ const fn c(name: &'static str, ty: Ty) -> Column {
         default_mysql_only: false,
         since: Release::V1_2_1,
         until: None,
+        primary: false,
     }
 }
 
@@ -232,6 +250,18 @@ impl Column {
             ..self
         }
     }
+    const fn primary_key(self) -> Column {
+        Column {
+            primary: true,
+            not_null: NotNull::Yes,
+            ..self
+        }
+    }
+
+    /// Whether it is the table's primary key (generated or not).
+    pub fn is_key(&self) -> bool {
+        self.ty.is_serial() || self.primary
+    }
 
     pub fn exists_in(&self, r: Release) -> bool {
         self.since <= r && until_after(self.until, r)
@@ -245,7 +275,7 @@ impl Column {
     }
 
     pub fn not_null_on(&self, kind: SimKind) -> bool {
-        self.ty.is_serial()
+        self.is_key()
             || match self.not_null {
                 NotNull::No => false,
                 NotNull::Yes => true,
@@ -269,11 +299,29 @@ pub struct Table {
     pub since: Release,
     pub until: Option<Release>,
     pub columns: &'static [Column],
+    /// The column with a unique key of its own (the registry's keys).
+    pub unique: Option<&'static str>,
+    /// A table of one database only (3.1's MySQL registry).
+    pub only_on: Option<SimKind>,
+    /// From which release DS's main schema file carries it: `V1_2_1` for
+    /// the main tables; a registry table before this release exists only in
+    /// the registry plugin's own file.
+    pub main_since: Option<Release>,
 }
 
 impl Table {
     pub fn exists_in(&self, r: Release) -> bool {
         self.since <= r && until_after(self.until, r)
+    }
+
+    /// Whether it exists on release `r` of database `kind`.
+    pub fn exists_on(&self, kind: SimKind, r: Release) -> bool {
+        self.exists_in(r) && self.only_on.is_none_or(|k| k == kind)
+    }
+
+    /// Whether DS's main schema file of release `r` creates it.
+    pub fn in_main_schema(&self, r: Release) -> bool {
+        self.exists_in(r) && self.main_since.is_some_and(|m| m <= r)
     }
 
     /// The table's columns on release `r`.
@@ -497,7 +545,190 @@ const fn t(name: &'static str, columns: &'static [Column]) -> Table {
         since: V1_2_1,
         until: None,
         columns,
+        unique: None,
+        only_on: None,
+        main_since: Some(V1_2_1),
     }
+}
+
+// ------------------------------------------------------------ registry tables
+//
+// Reference §3.5: 3.1's MySQL registry plugin (`t_ds_mysql_registry_*`, a
+// MySQL file only), 3.2's JDBC registry plugin (`t_ds_jdbc_registry_*` with
+// terms), and from dev (3.3) on the JDBC registry with client ids, client
+// heartbeats and change events, also part of DS's main schema. Every column
+// is NOT NULL; the times default to the current time; keys are bigint
+// AUTO_INCREMENT on MySQL, `serial` (3.2) or `bigserial` (dev) on
+// PostgreSQL, whose files give the text columns no length.
+
+/// `t_ds_mysql_registry_data` (3.1): `type` 1 ephemeral, 2 persistent;
+/// ephemeral rows live while `last_term` (epoch ms) is refreshed.
+const MYSQL_REGISTRY_DATA: &[Column] = &[
+    c("id", BigSerial),
+    c("key", Varchar(256)).not_null(),
+    c("data", Text).not_null(),
+    c("type", Code).not_null(),
+    c("last_term", BigInt).not_null(),
+    c("last_update_time", Timestamp).not_null().default_now(),
+    c("create_time", Timestamp).not_null().default_now(),
+];
+
+/// `t_ds_mysql_registry_lock` (3.1): `lock_owner` is `ip_processId`.
+const MYSQL_REGISTRY_LOCK: &[Column] = &[
+    c("id", BigSerial),
+    c("key", Varchar(256)).not_null(),
+    c("lock_owner", Varchar(256)).not_null(),
+    c("last_term", BigInt).not_null(),
+    c("last_update_time", Timestamp).not_null().default_now(),
+    c("create_time", Timestamp).not_null().default_now(),
+];
+
+/// `t_ds_jdbc_registry_data` (3.2 on): 3.2 keeps rows alive by `last_term`
+/// with a numeric `data_type`; dev names the type (`EPHEMERAL`,
+/// `PERSISTENT`) and ties each row to a client (`client_id`).
+const JDBC_REGISTRY_DATA: &[Column] = &[
+    c("id", Serial).on_mysql(BigSerial).until(Dev),
+    c("id", BigSerial).since(Dev),
+    c("data_key", VarcharAny).on_mysql(Varchar(256)).not_null(),
+    c("data_value", Text).not_null(),
+    c("data_type", Code).until(Dev).not_null(),
+    c("data_type", VarcharAny)
+        .on_mysql(Varchar(64))
+        .since(Dev)
+        .not_null(),
+    c("last_term", BigInt).until(Dev).not_null(),
+    c("client_id", BigInt).since(Dev).not_null(),
+    c("last_update_time", Timestamp).not_null().default_now(),
+    c("create_time", Timestamp).not_null().default_now(),
+];
+
+/// `t_ds_jdbc_registry_lock` (3.2 on); dev drops the term and update time
+/// for the owning client.
+const JDBC_REGISTRY_LOCK: &[Column] = &[
+    c("id", Serial).on_mysql(BigSerial).until(Dev),
+    c("id", BigSerial).since(Dev),
+    c("lock_key", VarcharAny).on_mysql(Varchar(256)).not_null(),
+    c("lock_owner", VarcharAny)
+        .on_mysql(Varchar(256))
+        .not_null(),
+    c("last_term", BigInt).until(Dev).not_null(),
+    c("client_id", BigInt).since(Dev).not_null(),
+    c("last_update_time", Timestamp)
+        .until(Dev)
+        .not_null()
+        .default_now(),
+    c("create_time", Timestamp).not_null().default_now(),
+];
+
+/// `t_ds_jdbc_registry_client_heartbeat` (dev on): one row per client, its
+/// id the client id DS generates; a client is dead when `now_ms −
+/// last_heartbeat_time` exceeds `connection_config`'s `sessionTimeout`.
+const JDBC_REGISTRY_CLIENT_HEARTBEAT: &[Column] = &[
+    c("id", BigInt).primary_key(),
+    c("client_name", VarcharAny)
+        .on_mysql(Varchar(256))
+        .not_null(),
+    c("last_heartbeat_time", BigInt).not_null(),
+    c("connection_config", Text).not_null(),
+    c("create_time", Timestamp).not_null().default_now(),
+];
+
+/// `t_ds_jdbc_registry_data_change_event` (dev on): ADD, UPDATE, DELETE of a
+/// data row, the row as JSON.
+const JDBC_REGISTRY_DATA_CHANGE_EVENT: &[Column] = &[
+    c("id", BigSerial),
+    c("event_type", VarcharAny).on_mysql(Varchar(64)).not_null(),
+    c("jdbc_registry_data", Text).not_null(),
+    c("create_time", Timestamp).not_null().default_now(),
+];
+
+const fn registry_table(
+    name: &'static str,
+    columns: &'static [Column],
+    since: Release,
+    until: Option<Release>,
+    unique: Option<&'static str>,
+) -> Table {
+    Table {
+        name,
+        since,
+        until,
+        columns,
+        unique,
+        only_on: None,
+        // DS's main schema carries the JDBC registry from dev on
+        main_since: Some(Dev),
+    }
+}
+
+/// The database registry's tables, on every release that has one.
+pub const REGISTRY_TABLES: &[Table] = &[
+    Table {
+        only_on: Some(SimKind::MySql),
+        main_since: None,
+        ..registry_table(
+            "t_ds_mysql_registry_data",
+            MYSQL_REGISTRY_DATA,
+            V3_1_9,
+            Some(V3_2_2),
+            Some("key"),
+        )
+    },
+    Table {
+        only_on: Some(SimKind::MySql),
+        main_since: None,
+        ..registry_table(
+            "t_ds_mysql_registry_lock",
+            MYSQL_REGISTRY_LOCK,
+            V3_1_9,
+            Some(V3_2_2),
+            Some("key"),
+        )
+    },
+    registry_table(
+        "t_ds_jdbc_registry_data",
+        JDBC_REGISTRY_DATA,
+        V3_2_2,
+        None,
+        Some("data_key"),
+    ),
+    registry_table(
+        "t_ds_jdbc_registry_lock",
+        JDBC_REGISTRY_LOCK,
+        V3_2_2,
+        None,
+        Some("lock_key"),
+    ),
+    registry_table(
+        "t_ds_jdbc_registry_client_heartbeat",
+        JDBC_REGISTRY_CLIENT_HEARTBEAT,
+        Dev,
+        None,
+        None,
+    ),
+    registry_table(
+        "t_ds_jdbc_registry_data_change_event",
+        JDBC_REGISTRY_DATA_CHANGE_EVENT,
+        Dev,
+        None,
+        None,
+    ),
+];
+
+/// The registry tables of release `r` on `kind` (the plugin's own file; from
+/// dev on the same tables as in the main schema). Empty where the line has
+/// no database registry on that database.
+pub fn registry_tables(kind: SimKind, r: Release) -> impl Iterator<Item = &'static Table> {
+    REGISTRY_TABLES.iter().filter(move |t| t.exists_on(kind, r))
+}
+
+/// The statements that create the registry tables of release `r` on `kind`.
+pub fn registry_ddl(kind: SimKind, r: Release) -> Vec<String> {
+    let mut out = Vec::new();
+    for t in registry_tables(kind, r) {
+        create_table(&mut out, kind, r, t);
+    }
+    out
 }
 
 /// Every described table, on every release.
@@ -521,51 +752,76 @@ pub const TABLES: &[Table] = &[
     },
 ];
 
-/// The described tables of release `r`.
+/// The described tables of DS's main schema on release `r` (from dev on,
+/// the JDBC registry's too).
 pub fn tables(r: Release) -> impl Iterator<Item = &'static Table> {
-    TABLES.iter().filter(move |t| t.exists_in(r))
+    TABLES
+        .iter()
+        .chain(REGISTRY_TABLES)
+        .filter(move |t| t.in_main_schema(r))
+}
+
+/// Every described table, main and registry.
+pub fn all_tables() -> impl Iterator<Item = &'static Table> {
+    TABLES.iter().chain(REGISTRY_TABLES)
+}
+
+/// A column name as `kind` needs it written (MySQL reserves `key`).
+fn ident(kind: SimKind, name: &str) -> String {
+    match kind {
+        SimKind::MySql if name.eq_ignore_ascii_case("key") => format!("`{name}`"),
+        _ => name.to_string(),
+    }
 }
 
 /// The statements that create the described tables of release `r` on `kind`
 /// and write its `t_ds_version` row, in order.
 pub fn ddl(kind: SimKind, r: Release) -> Vec<String> {
     let mut out = Vec::new();
-    for t in tables(r) {
-        let mut defs = Vec::new();
-        for col in t.columns_in(r) {
-            let ty = col.ty_on(kind);
-            let mut d = format!("{} {}", col.name, ty.sql(kind));
-            if col.not_null_on(kind) {
-                d.push_str(" NOT NULL");
-            }
-            if ty.is_serial() {
-                match kind {
-                    SimKind::MySql => d.push_str(" AUTO_INCREMENT"),
-                    SimKind::Postgres => {
-                        let seq = format!("{}_{}_sequence", t.name, col.name);
-                        out.push(format!("CREATE SEQUENCE {seq}"));
-                        d.push_str(&format!(" DEFAULT nextval('{seq}')"));
-                    }
-                }
-            } else if let Some(v) = col.default_on(kind) {
-                d.push_str(&format!(" DEFAULT {}", v.sql()));
-            }
-            defs.push(d);
-        }
-        if let Some(k) = t.columns_in(r).find(|c| c.ty.is_serial()) {
-            defs.push(format!("PRIMARY KEY ({})", k.name));
-        }
-        out.push(format!(
-            "CREATE TABLE {} (\n  {}\n)",
-            t.name,
-            defs.join(",\n  ")
-        ));
+    for t in tables(r).filter(|t| t.only_on.is_none_or(|k| k == kind)) {
+        create_table(&mut out, kind, r, t);
     }
     out.push(format!(
         "INSERT INTO t_ds_version (version) VALUES ('{}')",
         r.version_row()
     ));
     out
+}
+
+/// `CREATE TABLE` for `t` on release `r` (after its sequence on PostgreSQL).
+fn create_table(out: &mut Vec<String>, kind: SimKind, r: Release, t: &Table) {
+    let mut defs = Vec::new();
+    for col in t.columns_in(r) {
+        let ty = col.ty_on(kind);
+        let mut d = format!("{} {}", ident(kind, col.name), ty.sql(kind));
+        if col.not_null_on(kind) {
+            d.push_str(" NOT NULL");
+        }
+        if ty.is_serial() {
+            match kind {
+                SimKind::MySql => d.push_str(" AUTO_INCREMENT"),
+                SimKind::Postgres => {
+                    let seq = format!("{}_{}_sequence", t.name, col.name);
+                    out.push(format!("CREATE SEQUENCE {seq}"));
+                    d.push_str(&format!(" DEFAULT nextval('{seq}')"));
+                }
+            }
+        } else if let Some(v) = col.default_on(kind) {
+            d.push_str(&format!(" DEFAULT {}", v.sql()));
+        }
+        defs.push(d);
+    }
+    if let Some(k) = t.columns_in(r).find(|c| c.is_key()) {
+        defs.push(format!("PRIMARY KEY ({})", ident(kind, k.name)));
+    }
+    if let Some(u) = t.unique {
+        defs.push(format!("UNIQUE ({})", ident(kind, u)));
+    }
+    out.push(format!(
+        "CREATE TABLE {} (\n  {}\n)",
+        t.name,
+        defs.join(",\n  ")
+    ));
 }
 
 #[cfg(test)]
@@ -576,7 +832,10 @@ mod tests {
     #[test]
     fn no_column_twice_on_a_release() {
         for r in Release::ALL {
-            for t in tables(r) {
+            let registry = [SimKind::MySql, SimKind::Postgres]
+                .into_iter()
+                .flat_map(|k| registry_tables(k, r));
+            for t in tables(r).chain(registry) {
                 let mut seen = BTreeSet::new();
                 for c in t.columns_in(r) {
                     assert!(
@@ -588,7 +847,7 @@ mod tests {
                     );
                 }
                 assert_eq!(
-                    t.columns_in(r).filter(|c| c.ty.is_serial()).count(),
+                    t.columns_in(r).filter(|c| c.is_key()).count(),
                     1,
                     "{} {}: one key",
                     r.fixture(),
@@ -632,5 +891,42 @@ mod tests {
         assert!(pg.contains("task_type varchar(50),"));
         assert!(pg.contains("state int"));
         assert!(pg.contains("submit_time timestamp"));
+    }
+
+    #[test]
+    fn registry_tables_per_line_and_dialect() {
+        let names = |k, r| registry_tables(k, r).map(|t| t.name).collect::<Vec<_>>();
+        assert!(names(SimKind::MySql, V3_1_9).contains(&"t_ds_mysql_registry_data"));
+        assert!(
+            names(SimKind::Postgres, V3_1_9).is_empty(),
+            "3.1's registry is MySQL only"
+        );
+        assert_eq!(
+            names(SimKind::Postgres, V3_2_2),
+            ["t_ds_jdbc_registry_data", "t_ds_jdbc_registry_lock"]
+        );
+        assert_eq!(names(SimKind::MySql, Dev).len(), 4);
+        assert!(names(SimKind::MySql, V2_0_9).is_empty());
+        // in DS's main schema from dev on only
+        assert!(!tables(V3_2_2).any(|t| t.name == "t_ds_jdbc_registry_data"));
+        assert!(tables(Dev).any(|t| t.name == "t_ds_jdbc_registry_client_heartbeat"));
+        assert!(tables(V3_4_0).any(|t| t.name == "t_ds_jdbc_registry_data"));
+
+        let my = registry_ddl(SimKind::MySql, V3_1_9).join(";\n");
+        assert!(my.contains("`key` varchar(256) NOT NULL"), "{my}");
+        assert!(my.contains("UNIQUE (`key`)"), "{my}");
+        assert!(my.contains("id bigint NOT NULL AUTO_INCREMENT"), "{my}");
+        let pg = registry_ddl(SimKind::Postgres, V3_2_2).join(";\n");
+        assert!(pg.contains("data_key varchar NOT NULL"), "{pg}");
+        assert!(pg.contains("data_type int NOT NULL"), "{pg}");
+        assert!(pg.contains("id int NOT NULL DEFAULT nextval("), "{pg}");
+        assert!(pg.contains("UNIQUE (data_key)"), "{pg}");
+        let dev = registry_ddl(SimKind::Postgres, Dev).join(";\n");
+        assert!(
+            dev.contains("id bigint NOT NULL,\n  client_name varchar NOT NULL"),
+            "{dev}"
+        );
+        assert!(dev.contains("PRIMARY KEY (id)"), "{dev}");
+        assert!(!dev.contains("last_term"), "{dev}");
     }
 }

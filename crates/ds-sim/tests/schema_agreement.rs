@@ -19,6 +19,11 @@
 //!   `t_ds_version` rows are equal;
 //! - the simulator's helpers work on the described tables.
 //!
+//! The database registry's tables get the same comparison against the
+//! registry plugin's own files (`jdbc-registry/<3.1.9|3.2.2|dev>/`), plus
+//! their unique keys, and a simulated DS server registers on the described
+//! ones (from dev on they are part of the main schema and compared there too).
+//!
 //! Every mismatch is reported, naming database, fixture, table and column.
 //! A missing database server or schema directory fails the test under
 //! CI=true and is reported as SKIP otherwise.
@@ -26,7 +31,8 @@
 use ds_sim::db::{
     schema_dir, server_url, SchemaSource, SimDb, SimKind, SimPool, TaskSpec, WorkflowSpec,
 };
-use ds_sim::schema::{Release, TABLES};
+use ds_sim::jdbc::{registry_schema_file, JdbcSimOptions, SimJdbcServer, SimRegistryDb};
+use ds_sim::schema::{self, Release};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Columns that ds-reaper (reaper-sql: candidate reads, writes, follow-ups,
@@ -144,6 +150,8 @@ struct Catalog {
     tables: BTreeSet<String>,
     columns: BTreeMap<String, BTreeMap<String, Col>>,
     version_rows: Vec<String>,
+    /// (table, column) of every unique index other than the primary key.
+    unique: BTreeSet<(String, String)>,
 }
 
 impl Catalog {
@@ -201,9 +209,36 @@ type Row = (
 type RawCatalog = (Vec<String>, Vec<Row>, Vec<(String, String)>, Vec<String>);
 
 async fn catalog(db: &SimDb) -> anyhow::Result<Catalog> {
+    catalog_of(&db.pool).await
+}
+
+async fn catalog_of(pool: &SimPool) -> anyhow::Result<Catalog> {
     let mut cat = Catalog::default();
+    let unique: Vec<(String, String)> = match pool {
+        SimPool::My(p) => {
+            sqlx::query_as(
+                "SELECT CAST(LOWER(table_name) AS CHAR), CAST(LOWER(column_name) AS CHAR) \
+                 FROM information_schema.statistics WHERE table_schema = DATABASE() \
+                 AND non_unique = 0 AND index_name <> 'PRIMARY'",
+            )
+            .fetch_all(p)
+            .await?
+        }
+        SimPool::Pg(p) => {
+            sqlx::query_as(
+                "SELECT LOWER(t.relname::text), LOWER(a.attname::text) FROM pg_index i \
+                 JOIN pg_class t ON t.oid = i.indrelid \
+                 JOIN pg_namespace n ON n.oid = t.relnamespace \
+                 JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = ANY (i.indkey) \
+                 WHERE i.indisunique AND NOT i.indisprimary AND n.nspname = current_schema()",
+            )
+            .fetch_all(p)
+            .await?
+        }
+    };
+    cat.unique = unique.into_iter().collect();
     let (tables, cols, keys, versions): RawCatalog =
-        match &db.pool {
+        match pool {
             SimPool::My(p) => (
                 sqlx::query_scalar(
                     "SELECT CAST(LOWER(table_name) AS CHAR) FROM information_schema.tables \
@@ -287,6 +322,47 @@ async fn catalog(db: &SimDb) -> anyhow::Result<Catalog> {
 /// Every difference between the real catalog and the described one that
 /// matters, as one line each.
 fn compare(at: &str, release: Release, real: &Catalog, desc: &Catalog) -> Vec<String> {
+    let mut out = compare_tables(at, real, desc);
+    let task = |c: &Catalog| {
+        c.columns
+            .get("t_ds_task_instance")
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    };
+    let detect = |c: &Catalog| {
+        format!(
+            "{:?}",
+            reaper_sql::detect_lines(&c.tables, &task(c)).map_err(|e| e.to_string())
+        )
+    };
+    let (dr, dd) = (detect(real), detect(desc));
+    if dr != dd {
+        out.push(format!(
+            "{at}: reaper-sql detects {dr} on the real schema, {dd} on the description"
+        ));
+    }
+    let want = vec![release.version_row().to_string()];
+    if real.version_rows != desc.version_rows || desc.version_rows != want {
+        out.push(format!(
+            "{at}: t_ds_version rows {:?} in the real schema, {:?} described (expected {want:?})",
+            real.version_rows, desc.version_rows
+        ));
+    }
+    out
+}
+
+/// The table-by-table part of [`compare`]: every described table (main and
+/// registry) present in either catalog.
+fn compare_tables(at: &str, real: &Catalog, desc: &Catalog) -> Vec<String> {
+    compare_these(at, real, desc, schema::all_tables())
+}
+
+fn compare_these<'a>(
+    at: &str,
+    real: &Catalog,
+    desc: &Catalog,
+    tables: impl Iterator<Item = &'a schema::Table>,
+) -> Vec<String> {
     let mut out = Vec::new();
     let probed = |t: &str| -> &[&str] {
         PROBED
@@ -295,7 +371,7 @@ fn compare(at: &str, release: Release, real: &Catalog, desc: &Catalog) -> Vec<St
             .map(|(_, c)| *c)
             .unwrap_or(&[])
     };
-    for table in TABLES {
+    for table in tables {
         let t = table.name;
         match (real.tables.contains(t), desc.tables.contains(t)) {
             (true, true) => {}
@@ -364,31 +440,31 @@ fn compare(at: &str, release: Release, real: &Catalog, desc: &Catalog) -> Vec<St
                 ));
             }
         }
-    }
-    let task = |c: &Catalog| {
-        c.columns
-            .get("t_ds_task_instance")
-            .map(|m| m.keys().cloned().collect())
-            .unwrap_or_default()
-    };
-    let detect = |c: &Catalog| {
-        format!(
-            "{:?}",
-            reaper_sql::detect_lines(&c.tables, &task(c)).map_err(|e| e.to_string())
-        )
-    };
-    let (dr, dd) = (detect(real), detect(desc));
-    if dr != dd {
-        out.push(format!(
-            "{at}: reaper-sql detects {dr} on the real schema, {dd} on the description"
-        ));
-    }
-    let want = vec![release.version_row().to_string()];
-    if real.version_rows != desc.version_rows || desc.version_rows != want {
-        out.push(format!(
-            "{at}: t_ds_version rows {:?} in the real schema, {:?} described (expected {want:?})",
-            real.version_rows, desc.version_rows
-        ));
+        // a described unique key is one in both; the registry tables'
+        // description names every unique key DS gives them
+        let uniques = |c: &Catalog| -> BTreeSet<String> {
+            c.unique
+                .iter()
+                .filter(|(tt, _)| tt == t)
+                .map(|(_, col)| col.clone())
+                .collect()
+        };
+        let (ru, du) = (uniques(real), uniques(desc));
+        let registry = schema::REGISTRY_TABLES.iter().any(|r| r.name == t);
+        let mut cols: BTreeSet<String> = table.unique.iter().map(|u| u.to_string()).collect();
+        if registry {
+            cols.extend(ru.iter().cloned());
+        }
+        for u in cols {
+            match (ru.contains(&u), du.contains(&u)) {
+                (true, true) => {}
+                (r, d) => out.push(format!(
+                    "{at}: {t}.{u}: unique key {} in the real schema, {} described",
+                    if r { "present" } else { "absent" },
+                    if d { "present" } else { "absent" },
+                )),
+            }
+        }
     }
     out
 }
@@ -551,6 +627,146 @@ async fn description_agrees_with_real_schemas() {
     eprintln!(
         "checked {} fixture(s) ({}) on {} database(s)",
         fixtures.len(),
+        fixtures.join(", "),
+        kinds.len()
+    );
+}
+
+/// The registry tables of one `jdbc-registry/` fixture on `kind`: DS's main
+/// schema plus the plugin's file in one database, the description (through
+/// [`SimRegistryDb::attach`]) in another; compared table by table, then a
+/// simulated server registers on the described tables.
+async fn check_registry(kind: SimKind, fixture: String) -> Vec<String> {
+    let at = format!(
+        "[{} jdbc-registry/{fixture}]",
+        match kind {
+            SimKind::MySql => "mariadb",
+            SimKind::Postgres => "postgres",
+        }
+    );
+    let Some(release) = Release::from_fixture(&fixture) else {
+        return vec![format!("{at}: no description of {fixture} in ds-sim")];
+    };
+    let file = registry_schema_file(kind, &fixture);
+    if !file.is_file() {
+        // 3.1's MySQL registry has no PostgreSQL file: nor has the description
+        return match schema::registry_tables(kind, release).next() {
+            None => vec![],
+            Some(t) => vec![format!(
+                "{at}: {} described, but DS ships no {}",
+                t.name,
+                file.display()
+            )],
+        };
+    }
+    let mut out = Vec::new();
+    let real = match SimDb::create_with(kind, &fixture, SchemaSource::Files).await {
+        Ok(db) => db,
+        Err(e) => return vec![format!("{at}: loading the real schema: {e:#}")],
+    };
+    let loaded = match std::fs::read_to_string(&file) {
+        Ok(sql) => real.exec(&sql).await.map(|_| ()),
+        Err(e) => Err(e.into()),
+    };
+    if let Err(e) = loaded {
+        out.push(format!("{at}: loading {}: {e:#}", file.display()));
+    }
+    let desc = match SimDb::create_with(kind, &fixture, SchemaSource::Described).await {
+        Ok(db) => db,
+        Err(e) => {
+            let _ = real.drop().await;
+            out.push(format!("{at}: creating the described tables: {e:#}"));
+            return out;
+        }
+    };
+    match SimRegistryDb::attach(&desc).await {
+        Err(e) => out.push(format!("{at}: the described registry tables: {e:#}")),
+        Ok(reg) => {
+            match (catalog(&real).await, catalog(&desc).await) {
+                (Ok(r), Ok(d)) => {
+                    out.extend(compare_these(&at, &r, &d, schema::REGISTRY_TABLES.iter()))
+                }
+                (r, d) => out.push(format!(
+                    "{at}: reading the catalogs: {:?} / {:?}",
+                    r.err(),
+                    d.err()
+                )),
+            }
+            if let Err(e) = registry_helpers_work(&reg, desc.line).await {
+                out.push(format!(
+                    "{at}: a simulated server on the described registry tables: {e:#}"
+                ));
+            }
+        }
+    }
+    for (what, db) in [("real", real), ("described", desc)] {
+        if let Err(e) = db.drop().await {
+            out.push(format!("{at}: dropping the {what} database: {e:#}"));
+        }
+    }
+    out
+}
+
+async fn registry_helpers_work(
+    reg: &SimRegistryDb,
+    line: reaper_core::DsLine,
+) -> anyhow::Result<()> {
+    let mut s = SimJdbcServer::register(
+        reg,
+        line,
+        reaper_core::NodeKind::Worker,
+        "10.0.0.5:1234",
+        chrono::Utc::now(),
+        JdbcSimOptions::default(),
+    )
+    .await?;
+    let key = s.keys().pop().unwrap_or_default();
+    anyhow::ensure!(reg.db.has_key(&key).await?, "{key} not written");
+    s.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn registry_description_agrees_with_the_registry_plugins_files() {
+    let dir = schema_dir().join("jdbc-registry");
+    let fixtures: Vec<String> = match std::fs::read_dir(&dir) {
+        Ok(rd) => {
+            let mut f: Vec<String> = rd
+                .filter_map(|e| e.ok())
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            f.sort();
+            f
+        }
+        Err(e) => return skip_or_fail(format!("{} unreadable: {e}", dir.display())),
+    };
+    let mut kinds = Vec::new();
+    for kind in [SimKind::MySql, SimKind::Postgres] {
+        match server_up(kind).await {
+            Ok(()) => kinds.push(kind),
+            Err(e) => skip_or_fail(format!("database {kind:?} unavailable: {e}")),
+        }
+    }
+    let mut set = tokio::task::JoinSet::new();
+    for &kind in &kinds {
+        for f in &fixtures {
+            set.spawn(check_registry(kind, f.clone()));
+        }
+    }
+    let mut problems = Vec::new();
+    while let Some(r) = set.join_next().await {
+        problems.extend(r.expect("a registry check panicked"));
+    }
+    problems.sort();
+    assert!(
+        problems.is_empty(),
+        "ds-sim's registry description disagrees with DS's registry files in {} place(s):\n  {}",
+        problems.len(),
+        problems.join("\n  ")
+    );
+    eprintln!(
+        "checked the registry tables of {} ({} database(s))",
         fixtures.join(", "),
         kinds.len()
     );
