@@ -12,7 +12,7 @@
 //! - the id of an inserted command: `RETURNING id` / `LAST_INSERT_ID()`;
 //! - a filter on a set of ids (`in_set`): one array parameter on PostgreSQL,
 //!   where the task table's workflow column has no index (one hashed scan),
-//!   a list of integer literals on MySQL, where it has one.
+//!   a list of placeholders on MySQL, where it has one.
 //!
 //! Row locks are not among them: `SELECT … FOR UPDATE` reads the same on both.
 

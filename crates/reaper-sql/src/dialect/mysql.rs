@@ -61,18 +61,14 @@ impl Dialect for MySql {
         out.push('?');
     }
 
-    /// A list of integer literals (integers cannot carry SQL): with ~1,000
-    /// values bound instead, MariaDB 10.11 took ~50 ms per statement whenever
-    /// another statement had run on the connection since (prepared or not),
-    /// against 2–3 ms for the same list as literals.
+    /// A list of placeholders: the column's index serves each value.
     fn in_set(q: &mut Sql<Self>, col: &str, ids: &[i64]) {
         if ids.is_empty() {
             q.push("1 = 0");
             return;
         }
-        let list: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
-        q.push(col).push(" IN (").push(&list.join(",")).push(")");
-        // its text varies with the ids
+        q.push(col).push(" IN (").bind_list(ids.iter()).push(")");
+        // its placeholder count varies
         q.one_off();
     }
 
