@@ -510,3 +510,65 @@ impl AgentProcess {
         Ok(AgentProcess { child, dir })
     }
 }
+
+/// Two replicas on one registry (SPEC §4.6, §14): exactly one leads; the
+/// first worker's loss is written once, by the leader; the leader is killed
+/// (kill -9) and the survivor takes over and writes the second loss.
+/// `crash_first` / `crash_second` make the workers holding `first` and
+/// `second` go; `cfg` is both replicas' extra config.
+pub async fn two_replicas_kill_takeover<F1, F2, Fut1, Fut2>(
+    db: &SimDb,
+    root: &str,
+    cfg: &str,
+    (first, second): (i64, i64),
+    crash_first: F1,
+    crash_second: F2,
+) -> Result<()>
+where
+    F1: FnOnce() -> Fut1,
+    F2: FnOnce() -> Fut2,
+    Fut1: std::future::Future<Output = ()>,
+    Fut2: std::future::Future<Output = ()>,
+{
+    const LEADER: &str = "ds_reaper_leader";
+    let a = Daemon::start(db.url(), root, cfg).await?;
+    let b = Daemon::start(db.url(), root, cfg).await?;
+    a.wait_ready().await?;
+    b.wait_ready().await?;
+    wait_until("exactly one leader", || async {
+        Ok(a.metric0(LEADER).await? + b.metric0(LEADER).await? == 1.0)
+    })
+    .await?;
+    let a_leads = a.metric0(LEADER).await? == 1.0;
+    crash_first().await;
+    wait_until("the first zombie failed", || async {
+        Ok(db.task_state(first).await?.state == 6)
+    })
+    .await?;
+    a.wait_sweeps(2).await?;
+    b.wait_sweeps(2).await?;
+    let done =
+        a.audit_events("done", Some(first)).len() + b.audit_events("done", Some(first)).len();
+    if done != 1 {
+        bail!("task {first} written {done} times, not once");
+    }
+    let (mut leader, mut survivor) = if a_leads { (a, b) } else { (b, a) };
+    if leader.audit_events("done", Some(first)).len() != 1 {
+        bail!("the standby wrote task {first}");
+    }
+    leader.child.start_kill()?;
+    let _ = leader.child.wait().await;
+    survivor.wait_metric(LEADER, |v| v == 1.0).await?;
+    crash_second().await;
+    wait_until("the survivor fails the next zombie", || async {
+        Ok(db.task_state(second).await?.state == 6)
+    })
+    .await?;
+    if survivor.audit_events("done", Some(second)).len() != 1 {
+        bail!("the survivor did not write task {second} once");
+    }
+    if survivor.terminate().await? != Some(0) {
+        bail!("the survivor did not stop cleanly");
+    }
+    Ok(())
+}

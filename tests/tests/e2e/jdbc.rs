@@ -112,39 +112,14 @@ async fn jdbc_two_replicas_one_leader_and_a_kill_9_takeover() -> anyhow::Result<
         .insert_task(&TaskSpec::new(wf, 1, Some("10.0.0.12:1234")))
         .await?;
     let cfg = format!("{CONFIG}[brake]\nmax_lost_worker_fraction = 0.9\n");
-    let a = Daemon::start(db.url(), "/unused", &cfg).await?;
-    let b = Daemon::start(db.url(), "/unused", &cfg).await?;
-    a.wait_ready().await?;
-    b.wait_ready().await?;
-    const LEADER: &str = "ds_reaper_leader";
-    wait_until("exactly one leader", || async {
-        Ok(a.metric0(LEADER).await? + b.metric0(LEADER).await? == 1.0)
-    })
+    two_replicas_kill_takeover(
+        &db,
+        "/unused",
+        &cfg,
+        (first, second),
+        || async move { w1.crash().await },
+        || async move { w2.crash().await },
+    )
     .await?;
-    let a_leads = a.metric0(LEADER).await? == 1.0;
-    w1.crash().await;
-    wait_until("the first zombie failed", || async {
-        Ok(db.task_state(first).await?.state == 6)
-    })
-    .await?;
-    a.wait_sweeps(2).await?;
-    b.wait_sweeps(2).await?;
-    let done =
-        a.audit_events("done", Some(first)).len() + b.audit_events("done", Some(first)).len();
-    assert_eq!(done, 1, "written exactly once");
-    let (mut leader, survivor) = if a_leads { (a, b) } else { (b, a) };
-    assert_eq!(leader.audit_events("done", Some(first)).len(), 1);
-    // kill -9: its lock connection dies with it; the survivor leads and acts
-    leader.child.start_kill()?;
-    let _ = leader.child.wait().await;
-    survivor.wait_metric(LEADER, |v| v == 1.0).await?;
-    w2.crash().await;
-    wait_until("the survivor fails the next zombie", || async {
-        Ok(db.task_state(second).await?.state == 6)
-    })
-    .await?;
-    assert_eq!(survivor.audit_events("done", Some(second)).len(), 1);
-    let mut survivor = survivor;
-    assert_eq!(survivor.terminate().await?, Some(0));
     db.drop().await
 }
