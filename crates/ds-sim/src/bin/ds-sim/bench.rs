@@ -232,8 +232,8 @@ async fn reap_body(bin: &Path, db: &SimDb, zk: &str, root: &str, dir: &Path, n: 
     Ok(())
 }
 
-/// (utime + stime in clock ticks, RSS in kB) of a process.
-fn proc_sample(pid: u32) -> Result<(u64, u64)> {
+/// (utime + stime in clock ticks, VmRSS in kB, VmHWM in kB) of a process.
+fn proc_sample(pid: u32) -> Result<(u64, u64, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     // fields after the parenthesised command name
     let rest = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
@@ -241,13 +241,15 @@ fn proc_sample(pid: u32) -> Result<(u64, u64)> {
     let ticks = f.get(11).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0)
         + f.get(12).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let rss = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    Ok((ticks, rss))
+    let kb = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    Ok((ticks, kb("VmRSS:"), kb("VmHWM:")))
 }
 
 fn clk_tck() -> f64 {
@@ -260,29 +262,40 @@ fn clk_tck() -> f64 {
         .unwrap_or(100.0)
 }
 
-pub async fn steady(reaper: Option<PathBuf>, workers: usize, rows: u64, secs: u64) -> Result<()> {
+/// What `bench-steady` runs.
+pub struct SteadyOpts {
+    pub workers: usize,
+    pub rows: u64,
+    /// Measuring window after the daemon is ready.
+    pub secs: u64,
+    /// `reconcile.sweep_interval` and `reconcile.full_scan_interval`, as the config spells them.
+    pub sweep_interval: String,
+    pub full_scan_interval: String,
+    /// Each simulated server's heartbeat period.
+    pub heartbeat: Duration,
+}
+
+pub async fn steady(reaper: Option<PathBuf>, o: SteadyOpts) -> Result<()> {
     let bin = reaper_binary(reaper)?;
     let db = SimDb::create(SimKind::MySql, "3.2.2").await?;
     let zk = zk_connect();
     let root = format!("/ds-bench-steady-{}/dolphinscheduler", std::process::id());
     let dir = tempfile::tempdir()?;
-    let r = steady_body(&bin, &db, &zk, &root, dir.path(), workers, rows, secs).await;
+    let r = steady_body(&bin, &db, &zk, &root, dir.path(), &o).await;
     let _ = delete_tree(&zk, &root).await;
     db.drop().await?;
     r
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn steady_body(
     bin: &Path,
     db: &SimDb,
     zk: &str,
     root: &str,
     dir: &Path,
-    workers: usize,
-    rows: u64,
-    secs: u64,
+    o: &SteadyOpts,
 ) -> Result<()> {
+    let (workers, rows, secs) = (o.workers, o.rows, o.secs);
     let host = |i: usize| format!("10.2.{}.{}:1234", i / 250, i % 250 + 1);
     let hosts: Vec<String> = (0..workers).map(host).collect();
     let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
@@ -320,42 +333,66 @@ async fn steady_body(
         &[],
         started,
         SimOptions {
-            // DS's own heartbeat interval
-            interval: Duration::from_secs(10),
+            interval: o.heartbeat,
             ..SimOptions::default()
         },
     )
     .await?;
     let port = free_port()?;
-    let extra = "[reconcile]\nsweep_interval = \"10s\"\nfull_scan_interval = \"1m\"\nstartup_settle = \"2s\"\n";
+    let extra = format!(
+        "[reconcile]\nsweep_interval = \"{}\"\nfull_scan_interval = \"{}\"\nstartup_settle = \"2s\"\n",
+        o.sweep_interval, o.full_scan_interval
+    );
+    let settings = format!(
+        "sweep_interval {}, full_scan_interval {}, heartbeat every {} s per worker",
+        o.sweep_interval,
+        o.full_scan_interval,
+        o.heartbeat.as_secs()
+    );
     let mut rp = spawn(
         bin,
         dir,
-        &config(zk, root, db.url(), port, dir, extra),
+        &config(zk, root, db.url(), port, dir, &extra),
         port,
     )
     .await?;
     let pid = rp.child.id().context("daemon pid")?;
     let st = rp.json("/api/v1/status").await?;
     println!(
-        "daemon ready: {} candidates, {} zombies in the first sweep; measuring {secs} s \
-         (sweep 10 s, full scan 1 m)",
+        "daemon ready: {} candidates, {} zombies in the first sweep; measuring {secs} s ({settings})",
         st["last_sweep"]["candidates"], st["last_sweep"]["zombies"]
     );
     let tck = clk_tck();
-    let (t0, _) = proc_sample(pid)?;
+    let (t0, _, _) = proc_sample(pid)?;
     let start = Instant::now();
     let mut rss_max = 0u64;
     let mut rss_sum = 0u64;
     let mut k = 0u64;
+    // Sweeps of the window by kind, from the status's last sweep (each sweep
+    // is at least a second apart from the next of the same kind here).
+    let mut last_at = st["last_sweep"]["at"].clone();
+    let (mut incr, mut full) = (0u32, 0u32);
     while start.elapsed() < Duration::from_secs(secs) {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let (_, rss) = proc_sample(pid)?;
+        let (_, rss, _) = proc_sample(pid)?;
         rss_max = rss_max.max(rss);
         rss_sum += rss;
         k += 1;
+        if k % 2 == 0 {
+            if let Ok(s) = rp.json("/api/v1/status").await {
+                let ls = &s["last_sweep"];
+                if ls["at"] != last_at && ls["result"] == "ok" {
+                    last_at = ls["at"].clone();
+                    if ls["kind"] == "full" {
+                        full += 1;
+                    } else {
+                        incr += 1;
+                    }
+                }
+            }
+        }
     }
-    let (t1, _) = proc_sample(pid)?;
+    let (t1, rss_end, hwm) = proc_sample(pid)?;
     let cpu = (t1 - t0) as f64 / tck / start.elapsed().as_secs_f64() * 100.0;
     let (_, metrics) = rp.text("/metrics").await?;
     let get = |name: &str| {
@@ -366,17 +403,26 @@ async fn steady_body(
     };
     let sweeps = get("ds_reaper_sweep_duration_seconds_count").unwrap_or(0.0);
     let sweep_avg = get("ds_reaper_sweep_duration_seconds_sum").unwrap_or(0.0) / sweeps.max(1.0);
+    let mib = |kb: u64| kb as f64 / 1024.0;
     println!(
-        "steady: RSS max {:.1} MiB avg {:.1} MiB; CPU {cpu:.2}% of one core; \
-         {} live workers seen; {sweeps} sweeps, mean {:.0} ms",
-        rss_max as f64 / 1024.0,
+        "steady over {:.0} s ({settings}): VmHWM {:.1} MiB (peak since start, start-up full scan included); \
+         VmRSS in the window max {:.1} avg {:.1} end {:.1} MiB; CPU {cpu:.2}% of one core; \
+         {} live workers seen; sweeps in the window: {incr} incremental, {full} full (seen by status polls); \
+         {sweeps} sweeps since start, mean {:.0} ms",
+        start.elapsed().as_secs_f64(),
+        mib(hwm),
+        mib(rss_max),
         rss_sum as f64 / k.max(1) as f64 / 1024.0,
+        mib(rss_end),
         get("ds_reaper_live_workers").unwrap_or(0.0),
         sweep_avg * 1000.0
     );
-    result("steady_rss_max_mib", rss_max as f64 / 1024.0);
+    result("steady_rss_hwm_mib", mib(hwm));
+    result("steady_rss_max_mib", mib(rss_max));
     result("steady_cpu_percent", cpu);
     result("steady_sweep_mean_ms", sweep_avg * 1000.0);
+    result("steady_full_scans_in_window", full as f64);
+    result("steady_incremental_sweeps_in_window", incr as f64);
     result(
         "steady_live_workers",
         get("ds_reaper_live_workers").unwrap_or(0.0),

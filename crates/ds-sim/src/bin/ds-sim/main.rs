@@ -66,6 +66,16 @@ enum Cmd {
         /// Measuring window after the daemon is ready.
         #[arg(long, default_value_t = 60)]
         seconds: u64,
+        /// The daemon's `reconcile.sweep_interval`.
+        #[arg(long, default_value = "30s")]
+        sweep_interval: String,
+        /// The daemon's `reconcile.full_scan_interval` (SPEC default 10m; the
+        /// window should hold at least one full scan after the first).
+        #[arg(long, default_value = "10m")]
+        full_scan_interval: String,
+        /// How often each simulated server rewrites its heartbeat (DS: 10 s).
+        #[arg(long, default_value_t = 10)]
+        heartbeat_seconds: u64,
     },
     /// A simulated cluster (database + registry) kept up until Ctrl-C.
     Cluster {
@@ -164,7 +174,23 @@ async fn main() {
             workers,
             rows,
             seconds,
-        } => bench::steady(reaper, workers, rows, seconds).await,
+            sweep_interval,
+            full_scan_interval,
+            heartbeat_seconds,
+        } => {
+            bench::steady(
+                reaper,
+                bench::SteadyOpts {
+                    workers,
+                    rows,
+                    secs: seconds,
+                    sweep_interval,
+                    full_scan_interval,
+                    heartbeat: Duration::from_secs(heartbeat_seconds.max(1)),
+                },
+            )
+            .await
+        }
         Cmd::Cluster {
             fixture,
             schema,
