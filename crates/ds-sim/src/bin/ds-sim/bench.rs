@@ -378,7 +378,7 @@ async fn steady_body(
         rss_max = rss_max.max(rss);
         rss_sum += rss;
         k += 1;
-        if k % 2 == 0 {
+        if k.is_multiple_of(2) {
             if let Ok(s) = rp.json("/api/v1/status").await {
                 let ls = &s["last_sweep"];
                 if ls["at"] != last_at && ls["result"] == "ok" {
