@@ -71,6 +71,16 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
         c: &mut Conn<Self>,
         q: Sql<Self>,
     ) -> impl Future<Output = Result<Vec<RowOf<Self>>, sqlx::Error>> + Send;
+    /// Hands the rows to `f` one by one as they arrive, so that decoding
+    /// overlaps the transfer of the rest (pages of candidates); stops at the
+    /// first error of `f`.
+    fn fetch_each<F>(
+        c: &mut Conn<Self>,
+        q: Sql<Self>,
+        f: F,
+    ) -> impl Future<Output = Result<(), SqlError>> + Send
+    where
+        F: FnMut(&RowOf<Self>) -> Result<(), SqlError> + Send;
     /// The number of rows affected.
     fn execute(
         c: &mut Conn<Self>,

@@ -5,6 +5,7 @@
 
 use crate::dialect::{Conn, Dialect, RowOf};
 use crate::follow::Val;
+use crate::SqlError;
 use chrono::NaiveDateTime;
 use std::marker::PhantomData;
 
@@ -136,6 +137,14 @@ impl<D: Dialect> Sql<D> {
 
     pub async fn fetch_optional(self, c: &mut Conn<D>) -> Result<Option<RowOf<D>>, sqlx::Error> {
         Ok(D::fetch_all(c, self).await?.into_iter().next())
+    }
+
+    /// Hands the rows to `f` as they arrive (see [`Dialect::fetch_each`]).
+    pub async fn fetch_each<F>(self, c: &mut Conn<D>, f: F) -> Result<(), SqlError>
+    where
+        F: FnMut(&RowOf<D>) -> Result<(), SqlError> + Send,
+    {
+        D::fetch_each(c, self, f).await
     }
 
     /// Runs the statement; the number of rows it affected.

@@ -131,14 +131,18 @@ fn id<D: Dialect>(r: &RowOf<D>) -> Result<i64, sqlx::Error> {
     })
 }
 
-/// Decodes what it can; a row that fails is reported in `bad`, never dropped
-/// silently (the caller logs, counts and keeps tracking it).
-fn decode_page<D: Dialect>(line: DsLine, zone: Zone, rows: &[RowOf<D>]) -> Result<Page, SqlError> {
-    let mut page = Page {
-        raw: rows.len(),
-        ..Page::default()
-    };
-    for r in rows {
+/// Runs a read of task rows and decodes what it can as the rows arrive; a row
+/// that fails is reported in `bad`, never dropped silently (the caller logs,
+/// counts and keeps tracking it).
+async fn read_page<D: Dialect>(
+    c: &mut Conn<D>,
+    q: Sql<D>,
+    line: DsLine,
+    zone: Zone,
+) -> Result<Page, SqlError> {
+    let mut page = Page::default();
+    q.fetch_each(c, |r| {
+        page.raw += 1;
         let id = id::<D>(r)?;
         page.last_id = Some(id);
         match decode::<D>(line, zone, r) {
@@ -152,7 +156,9 @@ fn decode_page<D: Dialect>(line: DsLine, zone: Zone, rows: &[RowOf<D>]) -> Resul
                 error: e.to_string(),
             }),
         }
-    }
+        Ok(())
+    })
+    .await?;
     Ok(page)
 }
 
@@ -165,8 +171,7 @@ pub(crate) async fn page<D: Dialect>(
     sel: Select,
     after: i64,
 ) -> Result<Page, SqlError> {
-    let rows = page_sql::<D>(line, cat, sel, after).fetch_all(c).await?;
-    decode_page::<D>(line, zone, &rows)
+    read_page::<D>(c, page_sql::<D>(line, cat, sel, after), line, zone).await
 }
 
 fn page_sql<D: Dialect>(line: DsLine, cat: &Catalog, sel: Select, after: i64) -> Sql<D> {
@@ -197,8 +202,7 @@ pub(crate) async fn by_ids<D: Dialect>(
     q.push(" WHERE t.id IN (")
         .bind_list(ids.iter())
         .push(") ORDER BY t.id");
-    let rows = q.fetch_all(c).await?;
-    decode_page::<D>(line, zone, &rows)
+    read_page::<D>(c, q, line, zone).await
 }
 
 #[cfg(test)]

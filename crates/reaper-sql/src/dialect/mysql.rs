@@ -6,6 +6,7 @@ use crate::sql::{Arg, Sql};
 use crate::write::{push_sets, write_groups};
 use crate::{SqlError, TaskWrite, WRITE_BATCH};
 use chrono::NaiveDateTime;
+use futures::TryStreamExt;
 use reaper_core::Zone;
 use sqlx::mysql::{MySqlArguments, MySqlConnectOptions, MySqlConnection, MySqlRow};
 use sqlx::{Arguments, Connection, Executor, Row, Type, ValueRef};
@@ -115,6 +116,20 @@ impl Dialect for MySql {
             .persistent(persistent)
             .fetch_all(c)
             .await
+    }
+
+    async fn fetch_each<F>(c: &mut MySqlConnection, q: Sql<Self>, mut f: F) -> Result<(), SqlError>
+    where
+        F: FnMut(&MySqlRow) -> Result<(), SqlError> + Send,
+    {
+        let (text, args, persistent) = q.into_parts();
+        let mut rows = sqlx::query_with(&text, arguments(args)?)
+            .persistent(persistent)
+            .fetch(c);
+        while let Some(r) = rows.try_next().await? {
+            f(&r)?;
+        }
+        Ok(())
     }
 
     async fn execute(c: &mut MySqlConnection, q: Sql<Self>) -> Result<u64, sqlx::Error> {

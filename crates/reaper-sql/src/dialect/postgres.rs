@@ -6,6 +6,7 @@ use crate::sql::{Arg, Sql};
 use crate::write::{push_sets, write_groups};
 use crate::{SqlError, TaskWrite};
 use chrono::{NaiveDate, NaiveDateTime, TimeDelta};
+use futures::TryStreamExt;
 use reaper_core::Zone;
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgConnection, PgRow, PgValueFormat};
 use sqlx::{Arguments, Connection, Decode, Executor, Row, Type, ValueRef};
@@ -91,6 +92,20 @@ impl Dialect for Postgres {
             .persistent(persistent)
             .fetch_all(c)
             .await
+    }
+
+    async fn fetch_each<F>(c: &mut PgConnection, q: Sql<Self>, mut f: F) -> Result<(), SqlError>
+    where
+        F: FnMut(&PgRow) -> Result<(), SqlError> + Send,
+    {
+        let (text, args, persistent) = q.into_parts();
+        let mut rows = sqlx::query_with(&text, arguments(args)?)
+            .persistent(persistent)
+            .fetch(c);
+        while let Some(r) = rows.try_next().await? {
+            f(&r)?;
+        }
+        Ok(())
     }
 
     async fn execute(c: &mut PgConnection, q: Sql<Self>) -> Result<u64, sqlx::Error> {
