@@ -8,6 +8,7 @@ use crate::schema::{Catalog, TASK};
 use crate::{stmt, Db, SqlError, TaskRow, ID_BATCH, PAGE};
 use reaper_core::{Candidate, DsLine};
 use std::collections::BTreeSet;
+use std::sync::Mutex;
 
 /// Which rows a page reads.
 /// All pages read `flag = 1` rows in a non-finished state.
@@ -48,6 +49,54 @@ impl Page {
     }
 }
 
+/// What a read sorts its rows into, page by page: the whole table's rows are
+/// never held twice (as read rows and again as candidates) — at 100,000 live
+/// rows that second copy was the daemon's largest allocation.
+#[derive(Debug, Default)]
+pub(crate) struct Sorted {
+    pub out: Vec<Candidate>,
+    pub known: BTreeSet<i64>,
+    pub pending: BTreeSet<i64>,
+    /// Undecodable rows that may still be live (SPEC §4.12).
+    pub bad: BTreeSet<i64>,
+}
+
+impl Sorted {
+    /// Room for about `rows` candidates, so the vector is not regrown (and
+    /// copied) while the read fills it.
+    pub(crate) fn with_capacity(rows: usize) -> Self {
+        Sorted {
+            out: Vec::with_capacity(rows),
+            ..Sorted::default()
+        }
+    }
+
+    fn page(&mut self, page: Page, states: &[i32]) {
+        classify(
+            page.rows,
+            states,
+            &mut self.out,
+            &mut self.known,
+            &mut self.pending,
+        );
+        self.bad
+            .extend(page.bad.iter().filter(|b| b.may_be_live).map(|b| b.id));
+    }
+}
+
+/// A [`Sorted`] filled by reads that run concurrently in one task; the lock
+/// is only held while a decoded page is sorted in, never across an await.
+struct Shared<'a>(&'a Mutex<Sorted>);
+
+impl Shared<'_> {
+    fn page(&self, page: Page, states: &[i32]) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .page(page, states);
+    }
+}
+
 impl Db {
     async fn max_id(&self) -> Result<Option<i64>, SqlError> {
         with_conn!(self, "reading the top task id", |c: D| stmt::max_id::<D>(c))
@@ -77,30 +126,31 @@ impl Db {
         Ok(page)
     }
 
-    /// Keyset-paged read of `Select::Unfinished` rows above `after`: every
-    /// page counts the rows it returned, decodable or not, so one bad row
-    /// neither ends the read early nor hides the rows after it.
+    /// Keyset-paged read of `Select::Unfinished` rows above `after`, each
+    /// page sorted into `into` as it arrives: every page counts the rows it
+    /// returned, decodable or not, so one bad row neither ends the read early
+    /// nor hides the rows after it.
     async fn scan_above(
         &self,
         line: DsLine,
         cat: &Catalog,
         mut after: i64,
-    ) -> Result<(Vec<TaskRow>, BTreeSet<i64>), SqlError> {
-        let mut rows = Vec::new();
-        let mut bad = BTreeSet::new();
+        states: &[i32],
+        into: Shared<'_>,
+    ) -> Result<(), SqlError> {
         loop {
             let page = self.page(line, cat, Select::Unfinished, after).await?;
-            rows.extend(page.rows);
-            bad.extend(page.bad.iter().filter(|b| b.may_be_live).map(|b| b.id));
-            match page.last_id {
+            let (last_id, raw) = (page.last_id, page.raw);
+            into.page(page, states);
+            match last_id {
                 Some(id) => after = id,
                 None => break,
             }
-            if (page.raw as i64) < PAGE {
+            if (raw as i64) < PAGE {
                 break;
             }
         }
-        Ok((rows, bad))
+        Ok(())
     }
 
     /// Full scan, keyset-paged on id, of `flag = 1` rows in non-finished states
@@ -118,16 +168,15 @@ impl Db {
         let cat = self.catalog().await?;
         cat.require_reads(line)?;
         let top_now = self.max_id().await?;
-        let mut out = Vec::new();
-        let mut known = BTreeSet::new();
-        let mut pending = BTreeSet::new();
         // Non-finished rows outside `states` (SUBMITTED, DELAY, …) are read too,
         // so that the cursor can follow them by id until they turn live: the
         // table scan costs the same, the extra rows are few.
-        let (rows, bad) = self.scan_above(line, &cat, 0).await?;
-        classify(rows, states, &mut out, &mut known, &mut pending);
-        cursor.replace(known, pending, bad, top_now);
-        Ok(out)
+        let sorted = Mutex::new(Sorted::with_capacity(cursor.tracked() + PAGE as usize));
+        self.scan_above(line, &cat, 0, states, Shared(&sorted))
+            .await?;
+        let s = sorted.into_inner().unwrap_or_else(|e| e.into_inner());
+        cursor.replace(s.known, s.pending, s.bad, top_now);
+        Ok(s.out)
     }
 
     /// Cheap sweep: rows above the cursor's low-water mark by primary-key range,
@@ -151,28 +200,23 @@ impl Db {
         // The top id, the range above the mark and the tracked rows below it
         // are independent reads: with a pool of several connections they
         // overlap, so the sweep costs about as much as its range scan alone.
-        let range = self.scan_above(line, &cat, mark);
+        // Both sort their pages into one set as they arrive.
+        let sorted = Mutex::new(Sorted::with_capacity(old.len() + PAGE as usize));
+        let range = self.scan_above(line, &cat, mark, states, Shared(&sorted));
         let tracked = async {
-            let mut rows = Vec::new();
-            let mut bad = BTreeSet::new();
             for chunk in old.chunks(ID_BATCH) {
                 let page = self.by_ids(line, &cat, chunk).await?;
-                rows.extend(page.rows);
-                bad.extend(page.bad.iter().filter(|b| b.may_be_live).map(|b| b.id));
+                Shared(&sorted).page(page, states);
             }
-            Ok::<_, SqlError>((rows, bad))
+            Ok::<_, SqlError>(())
         };
-        let (top_now, (range_rows, mut bad), (tracked_rows, bad_old)) =
-            tokio::try_join!(self.max_id(), range, tracked)?;
-        bad.extend(bad_old);
-        let mut out = Vec::new();
-        let mut known = BTreeSet::new();
-        let mut pending = BTreeSet::new();
-        classify(range_rows, states, &mut out, &mut known, &mut pending);
-        classify(tracked_rows, states, &mut out, &mut known, &mut pending);
-        out.sort_by_key(|c| c.id);
-        cursor.replace(known, pending, bad, top_now);
-        Ok(out)
+        let (top_now, (), ()) = tokio::try_join!(self.max_id(), range, tracked)?;
+        drop(old);
+        let mut s = sorted.into_inner().unwrap_or_else(|e| e.into_inner());
+        // ids are unique: unstable sorts the same, without a buffer of half the rows
+        s.out.sort_unstable_by_key(|c| c.id);
+        cursor.replace(s.known, s.pending, s.bad, top_now);
+        Ok(s.out)
     }
 
     /// One task by id in any state, with its flag. A row that exists but
