@@ -185,6 +185,12 @@ impl Engine {
             }
         };
 
+        // The task rows are done with: let them go before the workflow
+        // sweep reads its own, so the two never add up (at 100,000 live rows
+        // each is tens of MiB).
+        let candidate_count = candidates.len();
+        drop(candidates);
+
         // Workflows after tasks: one view, one budget (SPEC §13).
         let wf = self
             .sweep_workflows(
@@ -207,7 +213,7 @@ impl Engine {
         };
 
         summary.result = SweepResult::Ok;
-        summary.candidates = candidates.len();
+        summary.candidates = candidate_count;
         summary.zombies = zombies.len();
         summary.actions = applied + wf.actions;
         summary.workflows = wf.findings;
