@@ -313,10 +313,21 @@ pub async fn shutdown_signal() {
 pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let cancel = CancellationToken::new();
     let listen = settings.http.listen;
+    let registry = match settings.registry.kind {
+        RegistryKind::Zookeeper => format!(
+            "zookeeper {} root {}",
+            settings.zookeeper.connect, settings.zookeeper.root
+        ),
+        RegistryKind::Etcd => format!(
+            "etcd {} namespace {}",
+            settings.etcd.endpoints.join(","),
+            settings.etcd.namespace
+        ),
+        RegistryKind::Jdbc => "jdbc (DS's database registry)".to_string(),
+    };
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
-        zookeeper = %settings.zookeeper.connect,
-        root = %settings.zookeeper.root,
+        %registry,
         database = %settings.database.url,
         leader_election = settings.leader.enabled,
         "starting ds-reaper"
