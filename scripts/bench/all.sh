@@ -7,6 +7,7 @@
 #   - steady RSS/CPU with 2,000 workers and 100,000 live rows
 #   - etcd registry: node removal -> view update (reaper-etcd's ignored bench_latency test)
 #   - the agent: scan cost and RSS (reaper-agent's scan_bench), process exit -> FAILURE
+#   - DS's JDBC registry: row removal -> view update, one poll with 2,000 workers
 # Needs the local services (deploy/dev/services.sh). Not part of CI.
 # Usage: scripts/bench/all.sh          full run (the sweep bench fills 1M and 5M rows: slow)
 #        QUICK=1 scripts/bench/all.sh  short windows, sweep at 200k rows on MariaDB only
@@ -158,6 +159,20 @@ if run agent_latency cargo test --release -q -p reaper-e2e bench_process_exit_to
     "$(verdict "$(result agent_latency agent_detect_max_s)" "<=" 7)"
 else
   row "agent: process exit -> row FAILURE" "-" "" "FAILED"
+fi
+
+# 8. DS's JDBC registry: removal -> view, one poll with 2,000 workers ----------------
+if run jdbc_bench cargo test --release -q -p reaper-jdbc --test bench -- --ignored --nocapture --test-threads=1; then
+  while read -r line; do
+    case_=${line%%: row deleted*}; med=$(sed -E 's/.*: median ([^ ]+) .*/\1/' <<<"$line")
+    row "jdbc $case_: row deleted -> view update (poll 1 s, median of 20)" "$med" "<= 1 s" "-"
+  done < <(grep 'row deleted -> view update' "$LOG_DIR/jdbc_bench.log")
+  while read -r line; do
+    row "jdbc ${line%%, 2000 workers*}: one poll with 2,000 workers (statement + decoding)" \
+      "$(grep -A1 -F "$line" "$LOG_DIR/jdbc_bench.log" | tail -n1 | sed -E 's/.*median ([^ ]+) .*/\1/')" "(figure)" "-"
+  done < <(grep ', 2000 workers' "$LOG_DIR/jdbc_bench.log")
+else
+  row "jdbc registry benchmarks" "-" "" "FAILED"
 fi
 
 # The table: one row per figure, added with `row FIGURE MEASURED TARGET VERDICT`
