@@ -8,7 +8,8 @@
 //! tracked workflow's task rows — on PostgreSQL, whose task table has no
 //! index on its workflow column, that is one scan of the task table — and an
 //! incremental sweep reads only the task rows above the cursor's task bound
-//! plus the live ones it knew, by id ([`WorkflowCursor`]).
+//! plus the live ones it knew, by id ([`WorkflowCursor`]), at the same time
+//! as the workflow rows.
 
 mod cursor;
 mod stmt;
@@ -19,12 +20,12 @@ use crate::dialect::Dialect;
 use crate::read::BadRow;
 use crate::schema::Catalog;
 use crate::{Db, SqlError, PAGE};
-use cursor::{candidate, recheck, summarise, tracked_states, SumRow, Summary};
+use cursor::{candidate, summarise, tracked_states, SumRow, Summary};
 use reaper_core::ports::WorkflowOutcome;
 use reaper_core::workflow::WorkflowCandidate;
 use reaper_core::{DsLine, Instant};
-use std::collections::{BTreeSet, HashMap, HashSet};
-use stmt::WfPage;
+use std::collections::{BTreeSet, HashMap};
+use stmt::{TaskSel, WfPage};
 
 /// Workflow rows read by a sweep, sorted into what the cursor tracks.
 #[derive(Default)]
@@ -145,14 +146,30 @@ impl Db {
         Ok(out)
     }
 
+    /// Task rows by id, one by one.
     async fn tasks_by_id(&self, line: DsLine, ids: &[i64]) -> Result<Vec<SumRow>, SqlError> {
         let mut out = Vec::new();
         for chunk in ids.chunks(self.set_chunk()) {
-            out.extend(with_conn!(
-                self,
-                "reading live task rows of workflows by id",
-                |c: D| { stmt::tasks_by_id::<D>(c, line, chunk) }
-            )?);
+            let page = with_conn!(self, "reading live task rows of workflows by id", |c: D| {
+                stmt::task_rows::<D>(c, line, TaskSel::Ids(chunk))
+            })?;
+            out.extend(page.rows);
+        }
+        Ok(out)
+    }
+
+    /// Every task row above `after`, one by one, keyset-paged on id.
+    async fn tasks_above(&self, line: DsLine, mut after: i64) -> Result<Vec<SumRow>, SqlError> {
+        let mut out = Vec::new();
+        loop {
+            let page = with_conn!(self, "reading the newest task rows", |c: D| {
+                stmt::task_rows::<D>(c, line, TaskSel::Above(after))
+            })?;
+            out.extend(page.rows);
+            match page.last_id {
+                Some(id) if page.raw as i64 >= PAGE => after = id,
+                _ => break,
+            }
         }
         Ok(out)
     }
@@ -253,12 +270,27 @@ impl Db {
         cat.require_workflow_reads(line)?;
         let tracked = tracked_states(line, states);
         let old = cursor.ids.old_tracked();
-        let (tops, (range_rows, mut bad), (old_rows, bad_old)) = tokio::try_join!(
+        // With a task bound, the task rows that can have changed are those
+        // above it (read one by one: a few sweep intervals' worth) and the
+        // live ones at or below it the summaries know (by id). Neither needs
+        // the workflow ids: all reads run at once.
+        let bound = cursor.task_bound();
+        let known_live = bound.map_or_else(Vec::new, |b| cursor.live_tasks_at_or_below(b));
+        let recent = async {
+            match bound {
+                Some(b) => self.tasks_above(line, b).await,
+                None => Ok(Vec::new()),
+            }
+        };
+        let (tops, (range_rows, mut bad), (old_rows, bad_old), mut rows, again) = tokio::try_join!(
             self.wf_tops(line),
             self.wf_scan_above(line, &cat, &tracked, mark),
-            self.wf_by_ids(line, &cat, &tracked, &old)
+            self.wf_by_ids(line, &cat, &tracked, &old),
+            recent,
+            self.tasks_by_id(line, &known_live)
         )?;
         bad.extend(bad_old);
+        rows.extend(again);
         let mut sorted = Sorted::default();
         sort_rows(range_rows, states, &tracked, &mut sorted);
         sort_rows(old_rows, states, &tracked, &mut sorted);
@@ -268,27 +300,17 @@ impl Db {
             .chain(sorted.pending.iter())
             .copied()
             .collect();
-
-        // Task rows: above the bound for the workflows summarised before and
-        // those above the mark (inserted after the bound); all of them for a
-        // workflow tracked below the mark without a summary.
-        let bound = cursor.task_bound();
-        let (bounded, whole): (Vec<i64>, Vec<i64>) = ids
+        // All the task rows (grouped) of a workflow those reads cannot
+        // complete: every one without a bound; with one, a workflow tracked
+        // below the mark without a summary (its summary failed to decode).
+        // A workflow above the mark was inserted after the bound, and so
+        // were its task rows.
+        let whole: Vec<i64> = ids
             .iter()
-            .partition(|&&w| bound.is_some() && (w > mark || cursor.summary(w).is_some()));
-        let (mut rows, whole_rows) = tokio::try_join!(
-            self.summary_rows(line, &bounded, bound),
-            self.summary_rows(line, &whole, None)
-        )?;
-        // The live tasks known before and not read live now are read again,
-        // after the bounded read: whether each is still live.
-        let seen_live: HashSet<i64> = rows
-            .iter()
-            .filter_map(|r| r.item.as_ref().ok()?.live.as_ref().map(|(id, _)| *id))
+            .copied()
+            .filter(|&w| !(bound.is_some() && (w > mark || cursor.summary(w).is_some())))
             .collect();
-        let again = recheck(cursor, &bounded, &seen_live);
-        rows.extend(whole_rows);
-        rows.extend(self.tasks_by_id(line, &again).await?);
+        rows.extend(self.summary_rows(line, &whole, None).await?);
         let (summaries, bad_sums) = summarise(&ids, rows, Some(cursor));
         self.note_bad_summaries(line, &bad_sums);
         let (known, pending) = (

@@ -9,7 +9,7 @@ use crate::cursor::SweepCursor;
 use chrono::NaiveDateTime;
 use reaper_core::workflow::WorkflowCandidate;
 use reaper_core::{DsLine, Zone};
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 /// Task tops kept: the bound of a sweep's task read is the oldest.
 const TOPS: usize = 3;
@@ -61,7 +61,8 @@ pub(crate) struct SumError {
 /// Their task rows are summarised once (a full scan, or a workflow first
 /// tracked below the mark) and then kept up to date from the task rows above
 /// a bound — the task table's top id two sweeps before the last one — plus
-/// the summary's live tasks read again by id. The bound is sound because a
+/// the summaries' live tasks at or below it, read again by id: two disjoint
+/// reads that need no workflow ids, so they run with the workflow reads. The bound is sound because a
 /// workflow's task rows are inserted after the workflow row: a workflow
 /// above the workflow mark (not committed when the top of the previous
 /// sweep was read) was inserted after the sweep before it, given the same
@@ -124,6 +125,20 @@ impl WorkflowCursor {
 
     pub(crate) fn summary(&self, wf: i64) -> Option<&Summary> {
         self.summaries.get(&wf)
+    }
+
+    /// The live tasks the summaries know at or below task id `bound`,
+    /// ascending: with the rows above the bound, what a sweep reads again.
+    pub(crate) fn live_tasks_at_or_below(&self, bound: i64) -> Vec<i64> {
+        let mut v: Vec<i64> = self
+            .summaries
+            .values()
+            .flat_map(|s| s.live.keys().copied())
+            .filter(|&t| t <= bound)
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
     }
 
     /// What a completed sweep learned.
@@ -212,20 +227,6 @@ pub(crate) fn summarise(
     let mut bad: Vec<(i64, String)> = bad.into_iter().collect();
     bad.sort();
     (out, bad)
-}
-
-/// The live task ids of `wfs`' cached summaries that `seen_live` does not
-/// hold: read again by id, they say whether each is still live.
-pub(crate) fn recheck(cursor: &WorkflowCursor, wfs: &[i64], seen_live: &HashSet<i64>) -> Vec<i64> {
-    let mut v: Vec<i64> = wfs
-        .iter()
-        .filter_map(|w| cursor.summary(*w))
-        .flat_map(|s| s.live.keys().copied())
-        .filter(|t| !seen_live.contains(t))
-        .collect();
-    v.sort_unstable();
-    v.dedup();
-    v
 }
 
 /// A workflow row and its summary as the planner's candidate.
@@ -342,8 +343,9 @@ mod tests {
             Some(20),
             s,
         );
-        // next sweep: task 10 was read live, task 11 was not — read again by id
-        assert_eq!(recheck(&c, &[1, 2], &[10].into()), vec![11]);
+        // next sweep, bound 10: task 10 is read again by id, 11 with the rows above
+        assert_eq!(c.live_tasks_at_or_below(10), vec![10]);
+        assert_eq!(c.live_tasks_at_or_below(11), vec![10, 11]);
         // task 11 ended earlier than the workflow's newest end; workflow 2's
         // rows above the bound are older than what the cursor knows
         let (s, bad) = summarise(

@@ -220,26 +220,56 @@ fn summary_sql<D: Dialect>(line: DsLine, wfs: &[i64], above: Option<i64>) -> Sql
     q
 }
 
-/// Task rows by id, as summary rows of their workflow: the live tasks a
-/// summary knew, read again.
-pub(crate) async fn tasks_by_id<D: Dialect>(
+/// Which task rows [`task_rows`] reads, one by one.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum TaskSel<'a> {
+    /// These ids: the live tasks a summary knew, read again.
+    Ids(&'a [i64]),
+    /// Up to [`PAGE`] rows above this id, by id: what was inserted since the
+    /// cursor's task bound.
+    Above(i64),
+}
+
+/// Task rows read one by one, as summary rows of their workflow.
+#[derive(Debug, Default)]
+pub(crate) struct TaskRows {
+    pub rows: Vec<SumRow>,
+    /// Rows returned, decodable or not: a page is short only by this count.
+    pub raw: usize,
+    /// Id of the last row returned: where the next page starts.
+    pub last_id: Option<i64>,
+}
+
+/// Task rows one by one (`sel`), each a summary row of its workflow: live
+/// (`flag = 1`, not finished) or not, with its `end_time`.
+pub(crate) async fn task_rows<D: Dialect>(
     c: &mut Conn<D>,
     line: DsLine,
-    ids: &[i64],
-) -> Result<Vec<SumRow>, SqlError> {
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
+    sel: TaskSel<'_>,
+) -> Result<TaskRows, SqlError> {
     let fk = names(line).fk;
     let mut q = Sql::<D>::new(format!(
         "SELECT t.{fk}, t.id, t.state, t.flag, t.host, t.end_time FROM {TASK} t WHERE "
     ));
-    D::in_set(&mut q, "t.id", ids);
-    let rows = q.fetch_all(c).await?;
-    let mut out = Vec::with_capacity(rows.len());
-    for r in &rows {
-        let Some(wf) = D::int(r, 0)? else { continue };
+    match sel {
+        TaskSel::Ids([]) => return Ok(TaskRows::default()),
+        TaskSel::Ids(ids) => D::in_set(&mut q, "t.id", ids),
+        TaskSel::Above(after) => {
+            q.push("t.id > ")
+                .bind(after)
+                .push(&format!(" ORDER BY t.id LIMIT {PAGE}"));
+        }
+    }
+    let mut out = TaskRows::default();
+    q.fetch_each(c, |r| {
+        out.raw += 1;
         let task = D::int(r, 1)?;
+        if task.is_some() {
+            out.last_id = task;
+        }
+        let Some(wf) = D::int(r, 0)? else {
+            return Ok(());
+        };
         let item = (|| -> Result<SumItem, sqlx::Error> {
             let state = D::int(r, 2)?.unwrap_or(-1) as i32;
             let flag = D::int(r, 3)?;
@@ -258,14 +288,16 @@ pub(crate) async fn tasks_by_id<D: Dialect>(
                 end: D::time(r, 5)?,
             })
         })();
-        out.push(SumRow {
+        out.rows.push(SumRow {
             wf,
             item: item.map_err(|e| SumError {
                 task,
                 error: e.to_string(),
             }),
         });
-    }
+        Ok(())
+    })
+    .await?;
     Ok(out)
 }
 
