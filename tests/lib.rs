@@ -454,12 +454,24 @@ impl Daemon {
             .map(|_| ())
     }
 
-    /// The audit records of one event kind (and task, when given).
+    /// The audit records of one event kind (and task, when given). A write's
+    /// outcome is appended after the row (and its follow-ups) are written, so
+    /// a test that saw the row change first waits here, up to 10 s, until
+    /// every intent on file has its outcome.
     pub fn audit_events(&self, event: &str, task: Option<i64>) -> Vec<serde_json::Value> {
-        self.audit()
-            .into_iter()
-            .filter(|r| r["event"] == event && task.is_none_or(|t| r["task_id"] == t))
-            .collect()
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let records = self.audit();
+            let count = |e: &str| records.iter().filter(|r| r["event"] == e).count();
+            let outcomes = count("done") + count("lost_race") + count("error");
+            if count("intent") <= outcomes || Instant::now() >= deadline {
+                return records
+                    .into_iter()
+                    .filter(|r| r["event"] == event && task.is_none_or(|t| r["task_id"] == t))
+                    .collect();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 }
 
