@@ -2,6 +2,8 @@
 # Every benchmark, one table (figure vs target):
 #   - core planner (cargo bench -p reaper-core, plan over 100k candidates x 2k workers)
 #   - SQL sweep and writes vs raw SQL (scripts/bench/sweep.sh)
+#   - the workflow part of a sweep vs raw SQL, and flat from the smallest size
+#     to the largest (scripts/bench/workflow_sweep.sh)
 #   - reaping latency and idle footprint (scripts/bench/latency.sh, idle.sh, when present)
 #   - reap throughput: 2,000 zombies reaped by the daemon vs one raw batched UPDATE
 #   - steady RSS/CPU with 2,000 workers and 100,000 live rows
@@ -78,6 +80,32 @@ if [[ -x scripts/bench/sweep.sh || -f scripts/bench/sweep.sh ]]; then
     done < <(grep -E '^(mariadb|mysql|postgres[a-z]*) +[0-9]+ +\|' "$LOG_DIR/sweep.log")
   else
     row "sweep (scripts/bench/sweep.sh)" "-" "" "FAILED"
+  fi
+fi
+
+# 2b. workflow sweep bench (SPEC §13) ----------------------------------------------
+if [[ -f scripts/bench/workflow_sweep.sh ]]; then
+  if [[ "$QUICK" == 1 ]]; then
+    wsweep=(env BENCH_DB=mariadb bash scripts/bench/workflow_sweep.sh 100000 200000)
+  else
+    wsweep=(bash scripts/bench/workflow_sweep.sh)
+  fi
+  if run workflow_sweep "${wsweep[@]}"; then
+    # rows: "workflows <db> <workflows> <tasks> | full raw ratio | incr raw ratio"
+    while IFS='|' read -r head full inc; do
+      read -r _ db n t <<<"$head"
+      read -r f1 f2 fr <<<"$full"
+      read -r i1 i2 ir <<<"$inc"
+      row "workflow sweep $db $n wf / $t tasks: full vs raw" "$f1 ms / $f2 ms = ${fr}x" "<= 1.3x" "$(verdict "$fr" "<=" 1.3)"
+      row "workflow sweep $db $n wf / $t tasks: incremental vs raw" "$i1 ms / $i2 ms = ${ir}x" "<= 1.3x" "$(verdict "$ir" "<=" 1.3)"
+    done < <(grep -E '^workflows +[a-z]+ +[0-9]+ +[0-9]+ +\|' "$LOG_DIR/workflow_sweep.log")
+    # "workflows-flat <db> <a> -> <b> workflows: incremental <x> -> <y> ms (<r>x)"
+    while read -r _ db a _ b _ _ x _ y _ r; do
+      r=${r#(}; r=${r%x)}
+      row "workflow sweep $db: incremental from $a to $b workflows (flat)" "$x -> $y ms = ${r}x" "<= 1.3x" "$(verdict "$r" "<=" 1.3)"
+    done < <(grep -E '^workflows-flat ' "$LOG_DIR/workflow_sweep.log")
+  else
+    row "workflow sweep (scripts/bench/workflow_sweep.sh)" "-" "" "FAILED"
   fi
 fi
 
