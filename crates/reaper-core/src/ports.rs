@@ -180,9 +180,12 @@ pub enum WorkflowOutcome {
         command_type: i32,
         command_id: Option<i64>,
     },
-    /// The row changed since it was read (state or host): nothing written.
+    /// The row changed since it was read (state or host), or is gone:
+    /// nothing written.
     LostRace(String),
-    /// Not written, and why (a live master holds it, a command is queued).
+    /// Not written, and why (a live master holds it, a command is queued,
+    /// its host is already NULL/`'NULL'`/empty or, on 3.3, it is in
+    /// FAILOVER (18): DS's own failover holds it).
     Skipped(String),
 }
 
