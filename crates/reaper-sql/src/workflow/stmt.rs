@@ -174,35 +174,42 @@ pub(crate) async fn summary_rows<D: Dialect>(
     if wfs.is_empty() {
         return Ok(Vec::new());
     }
-    let rows = summary_sql::<D>(line, wfs, above).fetch_all(c).await?;
-    let mut out = Vec::with_capacity(rows.len());
-    for r in &rows {
-        let Some(wf) = D::int(r, 0)? else { continue };
-        let task = D::int(r, 1).ok().flatten();
-        let item = (|| -> Result<SumItem, sqlx::Error> {
-            let live = match D::int(r, 1)? {
-                Some(id) => Some((
-                    id,
-                    LiveTask {
-                        state: D::int(r, 2)?.unwrap_or(-1) as i32,
-                        host: D::text(r, 3)?,
-                    },
-                )),
-                None => None,
+    // Decoded as the rows arrive: a full scan groups every live task row on
+    // its own, and holding them all as raw rows first was the daemon's
+    // largest allocation (heaptrack: ~22 MB of 50 at 100,000 live rows).
+    let mut out = Vec::new();
+    summary_sql::<D>(line, wfs, above)
+        .fetch_each(c, |r| {
+            let Some(wf) = D::int(r, 0)? else {
+                return Ok(());
             };
-            Ok(SumItem {
-                live,
-                end: D::time(r, 4)?,
-            })
-        })();
-        out.push(SumRow {
-            wf,
-            item: item.map_err(|e| SumError {
-                task,
-                error: e.to_string(),
-            }),
-        });
-    }
+            let task = D::int(r, 1).ok().flatten();
+            let item = (|| -> Result<SumItem, sqlx::Error> {
+                let live = match D::int(r, 1)? {
+                    Some(id) => Some((
+                        id,
+                        LiveTask {
+                            state: D::int(r, 2)?.unwrap_or(-1) as i32,
+                            host: D::text(r, 3)?,
+                        },
+                    )),
+                    None => None,
+                };
+                Ok(SumItem {
+                    live,
+                    end: D::time(r, 4)?,
+                })
+            })();
+            out.push(SumRow {
+                wf,
+                item: item.map_err(|e| SumError {
+                    task,
+                    error: e.to_string(),
+                }),
+            });
+            Ok(())
+        })
+        .await?;
     Ok(out)
 }
 
