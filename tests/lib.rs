@@ -4,6 +4,8 @@
 
 use anyhow::{bail, Context, Result};
 use ds_sim::db::{SimDb, SimKind};
+use ds_sim::reaper::{read_audit, ReaperProcess, Spawn};
+use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -94,20 +96,28 @@ pub fn binary() -> Result<PathBuf> {
 }
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or(19477)
+    ds_sim::reaper::free_port().unwrap_or(19477)
 }
 
-/// A running `ds-reaper run` process.
+/// A running `ds-reaper run` process with its own directory (config, log,
+/// audit trail); its HTTP and metric helpers are ds-sim's [`ReaperProcess`].
 pub struct Daemon {
-    pub child: tokio::process::Child,
-    pub port: u16,
+    process: ReaperProcess,
     pub dir: tempfile::TempDir,
     pub config: PathBuf,
-    pub log: PathBuf,
-    client: reqwest::Client,
+}
+
+impl Deref for Daemon {
+    type Target = ReaperProcess;
+    fn deref(&self) -> &ReaperProcess {
+        &self.process
+    }
+}
+
+impl DerefMut for Daemon {
+    fn deref_mut(&mut self) -> &mut ReaperProcess {
+        &mut self.process
+    }
 }
 
 /// The config of a test daemon: short timings, its own root, audit and port.
@@ -165,162 +175,41 @@ impl Daemon {
             &config,
             config_toml(db_url, root, port, &audit.display().to_string(), extra),
         )?;
-        let log = dir.path().join("daemon.log");
-        let logf = std::fs::File::create(&log)?;
-        let mut cmd = tokio::process::Command::new(binary()?);
-        cmd.arg("--config")
-            .arg(&config)
-            .arg("run")
-            .stdin(Stdio::null())
-            .stdout(logf.try_clone()?)
-            .stderr(logf)
-            .kill_on_drop(true);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let child = cmd.spawn().context("spawning ds-reaper")?;
-        let d = Daemon {
-            child,
+        let process = ReaperProcess::spawn(Spawn {
+            bin: &binary()?,
+            config: &config,
+            command: "run",
+            log: &dir.path().join("daemon.log"),
             port,
+            env,
+            patience: WAIT,
+        })?;
+        let d = Daemon {
+            process,
             dir,
             config,
-            log,
-            client: reqwest::Client::new(),
         };
         d.wait_http().await?;
         Ok(d)
     }
 
-    pub fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
-    }
-
-    async fn wait_http(&self) -> Result<()> {
-        let deadline = Instant::now() + WAIT;
-        while Instant::now() < deadline {
-            if let Ok(r) = self.client.get(self.url("/healthz")).send().await {
-                if r.status().is_success() {
-                    return Ok(());
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        bail!(
-            "ds-reaper did not answer /healthz; log:\n{}",
-            self.log_text()
-        )
-    }
-
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    pub async fn get(&self, path: &str) -> Result<(u16, String)> {
-        let r = self.client.get(self.url(path)).send().await?;
-        Ok((r.status().as_u16(), r.text().await?))
-    }
-
-    pub async fn json(&self, path: &str) -> Result<serde_json::Value> {
-        let (code, body) = self.get(path).await?;
-        if code != 200 {
-            bail!("GET {path}: {code} {body}");
-        }
-        Ok(serde_json::from_str(&body)?)
-    }
-
-    pub async fn post(&self, path: &str, token: Option<&str>, body: &str) -> Result<(u16, String)> {
-        let mut rq = self.client.post(self.url(path)).body(body.to_string());
-        if let Some(t) = token {
-            rq = rq.bearer_auth(t);
-        }
-        let r = rq.send().await?;
-        Ok((r.status().as_u16(), r.text().await?))
-    }
-
-    /// The value of a metric line (exact name with labels), if present.
-    pub async fn metric(&self, series: &str) -> Result<Option<f64>> {
-        let (_, text) = self.get("/metrics").await?;
-        Ok(text.lines().find_map(|l| {
-            let (name, value) = l.rsplit_once(' ')?;
-            (name == series).then(|| value.parse().ok()).flatten()
-        }))
-    }
-
-    pub async fn wait_metric(&self, series: &str, pred: impl Fn(f64) -> bool) -> Result<f64> {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Some(v) = self.metric(series).await? {
-                if pred(v) {
-                    return Ok(v);
-                }
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "metric {series} never satisfied the condition (last {:?}); log:\n{}",
-                    self.metric(series).await?,
-                    self.log_text()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-
-    /// Waits until the registry view is valid and a sweep completed.
-    pub async fn wait_ready(&self) -> Result<()> {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let (code, _) = self.get("/readyz").await?;
-            if code == 200 {
-                let s = self.json("/api/v1/status").await?;
-                if s["last_sweep"]["result"] == "ok" {
-                    return Ok(());
-                }
-            }
-            if Instant::now() > deadline {
-                bail!("ds-reaper never became ready; log:\n{}", self.log_text());
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-
     pub fn audit(&self) -> Vec<serde_json::Value> {
-        std::fs::read_to_string(self.dir.path().join("audit.jsonl"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
+        read_audit(&self.dir.path().join("audit.jsonl"))
     }
 
     /// SIGTERM, then the exit code.
     pub async fn terminate(&mut self) -> Result<Option<i32>> {
-        if let Some(pid) = self.child.id() {
-            std::process::Command::new("kill")
-                .args(["-TERM", &pid.to_string()])
-                .status()?;
-        }
-        let st = tokio::time::timeout(Duration::from_secs(30), self.child.wait())
-            .await
-            .context("ds-reaper did not stop within 30 s of SIGTERM")??;
-        Ok(st.code())
+        self.process.stop().await
     }
 }
 
-/// Waits for an async condition.
-pub async fn wait_until<F, Fut>(what: &str, mut f: F) -> Result<()>
+/// Waits (up to [`WAIT`]) for an async condition.
+pub async fn wait_until<F, Fut>(what: &str, f: F) -> Result<()>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<bool>>,
 {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if f().await? {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("timed out waiting for: {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    ds_sim::reaper::wait_until(what, WAIT, f).await
 }
 
 /// A database of a DS line with its schema loaded.
@@ -431,29 +320,7 @@ impl CliConfig {
     }
 }
 
-fn read_audit(path: &std::path::Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
-}
-
 impl Daemon {
-    /// A metric's value, 0 when the series is absent (a counter never incremented).
-    pub async fn metric0(&self, series: &str) -> Result<f64> {
-        Ok(self.metric(series).await?.unwrap_or(0.0))
-    }
-
-    /// Waits until `n` more successful sweeps have completed.
-    pub async fn wait_sweeps(&self, n: u32) -> Result<()> {
-        let series = "ds_reaper_sweeps_total{result=\"ok\"}";
-        let start = self.metric0(series).await?;
-        self.wait_metric(series, |v| v >= start + f64::from(n))
-            .await
-            .map(|_| ())
-    }
-
     /// The audit records of one event kind (and task, when given). A write's
     /// outcome is appended after the row (and its follow-ups) are written, so
     /// a test that saw the row change first waits here, up to 10 s, until
@@ -479,8 +346,21 @@ impl Daemon {
 /// `exec_base`, a scan every second; `extra` is appended to its config
 /// (e.g. a `[registry]` and `[etcd]` section).
 pub struct AgentProcess {
-    pub child: tokio::process::Child,
+    process: ReaperProcess,
     pub dir: tempfile::TempDir,
+}
+
+impl Deref for AgentProcess {
+    type Target = ReaperProcess;
+    fn deref(&self) -> &ReaperProcess {
+        &self.process
+    }
+}
+
+impl DerefMut for AgentProcess {
+    fn deref_mut(&mut self) -> &mut ReaperProcess {
+        &mut self.process
+    }
 }
 
 impl AgentProcess {
@@ -492,10 +372,10 @@ impl AgentProcess {
     ) -> Result<AgentProcess> {
         let dir = tempfile::tempdir()?;
         let config = dir.path().join("agent.toml");
+        let port = free_port();
         let agent = format!(
-            "[agent]\nworker = \"{worker}\"\nexec_base = \"{}\"\nscan_interval = \"1s\"\nlisten = \"127.0.0.1:{}\"\n{extra}",
+            "[agent]\nworker = \"{worker}\"\nexec_base = \"{}\"\nscan_interval = \"1s\"\nlisten = \"127.0.0.1:{port}\"\n{extra}",
             exec_base.display(),
-            free_port()
         );
         let audit = dir.path().join("unused-audit.jsonl");
         std::fs::write(
@@ -508,18 +388,16 @@ impl AgentProcess {
                 &agent,
             ),
         )?;
-        let log = std::fs::File::create(dir.path().join("agent.log"))?;
-        let child = tokio::process::Command::new(binary()?)
-            .arg("--config")
-            .arg(&config)
-            .arg("agent")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
-            .context("spawning ds-reaper agent")?;
-        Ok(AgentProcess { child, dir })
+        let process = ReaperProcess::spawn(Spawn {
+            bin: &binary()?,
+            config: &config,
+            command: "agent",
+            log: &dir.path().join("agent.log"),
+            port,
+            env: &[],
+            patience: WAIT,
+        })?;
+        Ok(AgentProcess { process, dir })
     }
 }
 

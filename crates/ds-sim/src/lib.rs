@@ -3,12 +3,14 @@
 //! ([`zk`]), and DS schemas with workflows and tasks in a database ([`db`]):
 //! the real schema files of `../shared/ds-schema`, or ds-sim's own
 //! description of the tables it and ds-reaper use ([`schema`]).
+//! The `ds-reaper` binary runs as a process of the simulation ([`reaper`]).
 //! Tests, the demo and the benchmarks all use this one implementation.
 
 pub mod db;
 pub mod etcd;
 pub mod jdbc;
 pub mod procs;
+pub mod reaper;
 pub mod schema;
 pub mod zk;
 pub mod zkserver;

@@ -5,6 +5,7 @@
 
 use anyhow::{bail, Context, Result};
 use ds_sim::db::{SimKind, TaskSpec, WorkflowSpec};
+use ds_sim::reaper::poll;
 use ds_sim::zk::SimServer;
 use reaper_core::NodeKind;
 use reaper_e2e::*;
@@ -116,23 +117,6 @@ fn prometheus_installed() -> bool {
     }
     eprintln!("SKIPPED: {msg}");
     false
-}
-
-async fn poll<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<Option<T>>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await? {
-            return Ok(v);
-        }
-        if Instant::now() > deadline {
-            bail!("timed out waiting for: {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

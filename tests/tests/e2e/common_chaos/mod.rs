@@ -3,14 +3,12 @@
 
 #![allow(dead_code)]
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use reaper_e2e::Daemon;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -111,29 +109,7 @@ pub fn kill(pid: u32, sig: &str) -> Result<()> {
 /// Kills the daemon with SIGKILL and starts it again on the same config,
 /// audit file and port (its log is appended to).
 pub async fn kill9_and_respawn(d: &mut Daemon, env: &[(&str, &str)]) -> Result<()> {
-    if let Some(pid) = d.child.id() {
-        kill(pid, "-KILL")?;
-    }
-    let _ = tokio::time::timeout(Duration::from_secs(30), d.child.wait())
-        .await
-        .context("daemon did not die on SIGKILL")?;
-    let logf = std::fs::OpenOptions::new().append(true).open(&d.log)?;
-    let mut cmd = tokio::process::Command::new(reaper_e2e::binary()?);
-    cmd.arg("--config")
-        .arg(&d.config)
-        .arg("run")
-        .stdin(Stdio::null())
-        .stdout(logf.try_clone()?)
-        .stderr(logf)
-        .kill_on_drop(true);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    d.child = cmd.spawn()?;
-    reaper_e2e::wait_until("respawned daemon answers /healthz", || async {
-        Ok(matches!(d.get("/healthz").await, Ok((200, _))))
-    })
-    .await
+    d.crash_and_restart(env).await
 }
 
 /// The daemon process is still running and answers /healthz.

@@ -2,13 +2,13 @@
 //! footprint. Each prints human lines and `RESULT <key> <value>` lines that
 //! `scripts/bench/all.sh` collects into its table.
 
-use super::{free_port, poll, reaper_binary, zk_connect, Reaper};
+use super::zk_connect;
 use anyhow::{bail, Context, Result};
 use chrono::{Duration as TimeDelta, Utc};
 use ds_sim::db::{SimDb, SimKind, SimPool, WorkflowSpec};
+use ds_sim::reaper::{binary_beside_me, free_port, metric_value, poll, ReaperProcess, Spawn};
 use ds_sim::zk::{delete_tree, ServerKind, SimFleet, SimOptions, SimServer};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// Before the bulk rows' submit time (2024-01-01), so no row looks like it
@@ -46,41 +46,21 @@ level = "warn"
     )
 }
 
-async fn spawn(bin: &Path, dir: &Path, cfg: &str, port: u16) -> Result<Reaper> {
-    let cfg_path = dir.join("config.toml");
-    std::fs::write(&cfg_path, cfg)?;
-    let log = dir.join("ds-reaper.log");
-    let logf = std::fs::File::create(&log)?;
-    let child = tokio::process::Command::new(bin)
-        .arg("--config")
-        .arg(&cfg_path)
-        .arg("run")
-        .stdin(Stdio::null())
-        .stdout(logf.try_clone()?)
-        .stderr(logf)
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("starting {}", bin.display()))?;
-    let rp = Reaper {
-        child,
+/// Starts `ds-reaper run` with `cfg` in `dir` and waits (the start-up full
+/// scan of a large table included) until it is ready and has swept once.
+async fn spawn(bin: &Path, dir: &Path, cfg: &str, port: u16) -> Result<ReaperProcess> {
+    let config = dir.join("config.toml");
+    std::fs::write(&config, cfg)?;
+    let rp = ReaperProcess::spawn(Spawn {
+        bin,
+        config: &config,
+        command: "run",
+        log: &dir.join("ds-reaper.log"),
         port,
-        log,
-        client: reqwest::Client::new(),
-    };
-    let ready = poll("ds-reaper ready", Duration::from_secs(180), || async {
-        if let Ok((200, _)) = rp.text("/readyz").await {
-            if let Ok(s) = rp.json("/api/v1/status").await {
-                if s["last_sweep"]["result"] == "ok" {
-                    return Ok(Some(()));
-                }
-            }
-        }
-        Ok(None)
-    })
-    .await;
-    if let Err(e) = ready {
-        bail!("{e:#}\n{}", rp.log_tail());
-    }
+        env: &[],
+        patience: Duration::from_secs(180),
+    })?;
+    rp.wait_ready().await?;
     Ok(rp)
 }
 
@@ -101,7 +81,7 @@ async fn count_state(db: &SimDb, a: i64, b: i64, state: i32) -> Result<i64> {
 }
 
 pub async fn reap(reaper: Option<PathBuf>, n: u64) -> Result<()> {
-    let bin = reaper_binary(reaper)?;
+    let bin = binary_beside_me(reaper)?;
     let db = SimDb::create(SimKind::MySql, "3.2.2").await?;
     let zk = zk_connect();
     let root = format!("/ds-bench-reap-{}/dolphinscheduler", std::process::id());
@@ -183,7 +163,7 @@ async fn reap_body(bin: &Path, db: &SimDb, zk: &str, root: &str, dir: &Path, n: 
     for s in &mut servers {
         s.crash().await;
     }
-    r.with_context(|| rp.log_tail())?;
+    r.with_context(|| rp.log_tail(30))?;
     // The daemon's own reaping time: first intent to last outcome in the audit trail.
     let audit = std::fs::read_to_string(dir.join("audit.jsonl"))?;
     let mut first = None;
@@ -276,7 +256,7 @@ pub struct SteadyOpts {
 }
 
 pub async fn steady(reaper: Option<PathBuf>, o: SteadyOpts) -> Result<()> {
-    let bin = reaper_binary(reaper)?;
+    let bin = binary_beside_me(reaper)?;
     let db = SimDb::create(SimKind::MySql, "3.2.2").await?;
     let zk = zk_connect();
     let root = format!("/ds-bench-steady-{}/dolphinscheduler", std::process::id());
@@ -394,13 +374,8 @@ async fn steady_body(
     }
     let (t1, rss_end, hwm) = proc_sample(pid)?;
     let cpu = (t1 - t0) as f64 / tck / start.elapsed().as_secs_f64() * 100.0;
-    let (_, metrics) = rp.text("/metrics").await?;
-    let get = |name: &str| {
-        metrics.lines().find_map(|l| {
-            let (n, v) = l.rsplit_once(' ')?;
-            (n == name).then(|| v.parse::<f64>().ok()).flatten()
-        })
-    };
+    let (_, metrics) = rp.get("/metrics").await?;
+    let get = |name: &str| metric_value(&metrics, name);
     let sweeps = get("ds_reaper_sweep_duration_seconds_count").unwrap_or(0.0);
     let sweep_avg = get("ds_reaper_sweep_duration_seconds_sum").unwrap_or(0.0) / sweeps.max(1.0);
     let mib = |kb: u64| kb as f64 / 1024.0;

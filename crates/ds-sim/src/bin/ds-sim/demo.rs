@@ -16,18 +16,18 @@
 //! reaped, a healthy row written, a workflow written that should not be)
 //! makes the demo exit non-zero.
 
-use super::{explain, free_port, heading, poll, reaper_binary, schema_origin, zk_connect, Reaper};
+use super::{explain, heading, schema_origin, zk_connect};
 use anyhow::{bail, Context, Result};
 use chrono::{Duration as TimeDelta, Utc};
 use ds_sim::db::{SchemaSource, SimDb, SimKind, TaskSpec, WorkflowSpec};
 use ds_sim::etcd::{EtcdSimOptions, EtcdSimServer};
 use ds_sim::jdbc::{JdbcSimOptions, SimJdbcServer, SimRegistryDb};
 use ds_sim::procs::{ExecBase, TaskProcess};
+use ds_sim::reaper::{binary_beside_me, free_port, poll, ReaperProcess, Spawn};
 use ds_sim::zk::{delete_tree, ServerKind, SimServer};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 const RUNNING: i32 = 1;
@@ -292,8 +292,8 @@ struct Plan {
 #[derive(Default)]
 struct Running {
     servers: Vec<Server>,
-    reaper: Option<Reaper>,
-    agent: Option<Reaper>,
+    reaper: Option<ReaperProcess>,
+    agent: Option<ReaperProcess>,
     procs: Vec<TaskProcess>,
     exec: Option<ExecBase>,
 }
@@ -304,7 +304,7 @@ pub async fn demo(
     schema: SchemaSource,
     registry: RegistryArg,
 ) -> Result<()> {
-    let bin = reaper_binary(reaper)?;
+    let bin = binary_beside_me(reaper)?;
     let t0 = Instant::now();
     let title = format!(
         "ds-reaper demo: zombies in a DolphinScheduler 3.2 cluster (registry: {})",
@@ -609,7 +609,7 @@ level = "info"
         },
     )
     .await
-    .with_context(|| format!("ds-reaper log:\n{}", rp.log_tail()))?;
+    .with_context(|| format!("ds-reaper log:\n{}", rp.log_tail(30)))?;
     for l in &lost {
         explain(&format!(
             "seen lost: {} {} at {}   (+{:.1} s)",
@@ -695,7 +695,7 @@ level = "info"
         || async { Ok(all_failed(db, &lost_worker).await?.then_some(())) },
     )
     .await
-    .with_context(|| format!("ds-reaper log:\n{}", rp.log_tail()))?;
+    .with_context(|| format!("ds-reaper log:\n{}", rp.log_tail(30)))?;
     explain(&format!(
         "every zombie is FAILURE {:.1} s after the crash",
         crash_at.elapsed().as_secs_f64()
@@ -744,7 +744,7 @@ level = "info"
         Ok(c) => c,
         Err(e) => {
             print_commands(&db.commands().await?);
-            bail!("{e:#}\nds-reaper log:\n{}", rp.log_tail());
+            bail!("{e:#}\nds-reaper log:\n{}", rp.log_tail(30));
         }
     };
     print_commands(&commands_for(&cmds, wf_a));
@@ -760,7 +760,7 @@ level = "info"
 
     // ------------------------------------------------------------ step 10
     heading(10, "metrics (GET /metrics) and the status page");
-    let (_, metrics) = rp.text("/metrics").await?;
+    let (_, metrics) = rp.get("/metrics").await?;
     for l in metrics.lines().filter(|l| {
         !l.starts_with('#')
             && !l.contains("result=\"error\"")
@@ -801,7 +801,7 @@ level = "info"
         bail!(
             "the expected reaping did not happen:\n  {}\nds-reaper log:\n{}",
             problems.join("\n  "),
-            rp.log_tail()
+            rp.log_tail(30)
         );
     }
     Ok(headline)
@@ -986,7 +986,10 @@ async fn headline_step(db: &SimDb, run: &mut Running, plan: &Plan) -> Result<()>
     );
     if let Some(a) = run.agent.as_mut() {
         if let Some(st) = a.child.try_wait()? {
-            bail!("ds-reaper agent exited ({st}); its log:\n{}", a.log_tail());
+            bail!(
+                "ds-reaper agent exited ({st}); its log:\n{}",
+                a.log_tail(30)
+            );
         }
     }
     let rp = run.reaper.as_ref().context("reaper")?;
@@ -995,7 +998,7 @@ async fn headline_step(db: &SimDb, run: &mut Running, plan: &Plan) -> Result<()>
         "the agent ready and fresh in the daemon's view, listing both task processes",
         Duration::from_secs(30),
         || async {
-            let Ok((200, _)) = agent.text("/readyz").await else {
+            let Ok((200, _)) = agent.get("/readyz").await else {
                 return Ok(None);
             };
             let w = rp.json("/api/v1/workers").await?;
@@ -1013,8 +1016,8 @@ async fn headline_step(db: &SimDb, run: &mut Running, plan: &Plan) -> Result<()>
     .with_context(|| {
         format!(
             "agent log:\n{}\nds-reaper log:\n{}",
-            agent.log_tail(),
-            rp.log_tail()
+            agent.log_tail(30),
+            rp.log_tail(30)
         )
     })?;
     explain(&format!(
@@ -1043,7 +1046,7 @@ async fn headline_step(db: &SimDb, run: &mut Running, plan: &Plan) -> Result<()>
         || async { Ok((db.task_state(dies).await?.state == FAILURE).then_some(())) },
     )
     .await
-    .with_context(|| format!("ds-reaper log:\n{}", rp.log_tail()))?;
+    .with_context(|| format!("ds-reaper log:\n{}", rp.log_tail(30)))?;
     explain(&format!(
         "task {dies} is FAILURE {:.1} s after its process died",
         killed_at.elapsed().as_secs_f64()
@@ -1089,7 +1092,7 @@ struct SeenWorkflows {
 /// Step 9: the lost master's workflow handed back, a stalled one reported.
 async fn workflow_step(
     db: &SimDb,
-    rp: &Reaper,
+    rp: &ReaperProcess,
     plan: &Plan,
     crash_at: Instant,
 ) -> Result<SeenWorkflows> {
@@ -1132,7 +1135,7 @@ async fn workflow_step(
             let doc = rp.json("/api/v1/workflows").await.unwrap_or_default();
             bail!(
                 "{e:#}\nGET /api/v1/workflows: {doc:#}\nds-reaper log:\n{}",
-                rp.log_tail()
+                rp.log_tail(30)
             );
         }
     };
@@ -1196,7 +1199,7 @@ async fn workflow_step(
 /// What must hold at the end; one line per deviation.
 async fn final_checks(
     db: &SimDb,
-    rp: &Reaper,
+    rp: &ReaperProcess,
     plan: &Plan,
     seen: &SeenWorkflows,
     headline: bool,
@@ -1329,16 +1332,16 @@ async fn final_checks(
 
 /// Waits until the daemon is ready (a valid registry view, one sweep done);
 /// fails at once, with its log, if it exits.
-async fn ready(rp: &mut Reaper) -> Result<Value> {
+async fn ready(rp: &mut ReaperProcess) -> Result<Value> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Some(st) = rp.child.try_wait()? {
             bail!(
                 "ds-reaper exited ({st}) before it was ready; its log:\n{}",
-                rp.log_tail()
+                rp.log_tail(30)
             );
         }
-        if let Ok((200, _)) = rp.text("/readyz").await {
+        if let Ok((200, _)) = rp.get("/readyz").await {
             let s = rp.json("/api/v1/status").await?;
             if s["last_sweep"]["result"] == "ok" {
                 return Ok(s);
@@ -1347,7 +1350,7 @@ async fn ready(rp: &mut Reaper) -> Result<Value> {
         if Instant::now() > deadline {
             bail!(
                 "ds-reaper not ready (valid registry view, one sweep done) within 60 s; its log:\n{}",
-                rp.log_tail()
+                rp.log_tail(30)
             );
         }
         tokio::time::sleep(Duration::from_millis(150)).await;
@@ -1355,27 +1358,19 @@ async fn ready(rp: &mut Reaper) -> Result<Value> {
 }
 
 /// `ds-reaper --config <cfg> <cmd>` in the background, its output in `log`.
-fn spawn(bin: &Path, cfg: &Path, cmd: &str, log: &Path, port: u16) -> Result<Reaper> {
-    let logf = std::fs::File::create(log)?;
-    let child = tokio::process::Command::new(bin)
-        .arg("--config")
-        .arg(cfg)
-        .arg(cmd)
-        .stdin(Stdio::null())
-        .stdout(logf.try_clone()?)
-        .stderr(logf)
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("starting {} {cmd}", bin.display()))?;
-    Ok(Reaper {
-        child,
+fn spawn(bin: &Path, cfg: &Path, cmd: &str, log: &Path, port: u16) -> Result<ReaperProcess> {
+    ReaperProcess::spawn(Spawn {
+        bin,
+        config: cfg,
+        command: cmd,
+        log,
         port,
-        log: log.to_path_buf(),
-        client: reqwest::Client::new(),
+        env: &[],
+        patience: Duration::from_secs(60),
     })
 }
 
-async fn audit(rp: &Reaper) -> Result<Vec<Value>> {
+async fn audit(rp: &ReaperProcess) -> Result<Vec<Value>> {
     let a = rp.json("/api/v1/audit?limit=1000").await?;
     Ok(a["records"].as_array().cloned().unwrap_or_default())
 }

@@ -7,14 +7,13 @@
 //!   not happen (see `demo.rs`).
 //! - `ds-sim cluster` keeps a simulated cluster up for manual play until Ctrl-C.
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use chrono::{Duration as TimeDelta, Utc};
 use clap::{Parser, Subcommand};
 use ds_sim::db::{SchemaSource, SimDb, SimKind, TaskSpec, WorkflowSpec};
 use ds_sim::zk::{delete_tree, ServerKind, SimServer};
-use serde_json::Value;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod bench;
 mod demo;
@@ -152,11 +151,6 @@ fn explain(text: &str) {
     }
 }
 
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
@@ -340,83 +334,3 @@ async fn cluster(
 
 const STATE_RUNNING: i32 = 1;
 
-struct Reaper {
-    child: tokio::process::Child,
-    port: u16,
-    log: PathBuf,
-    client: reqwest::Client,
-}
-
-impl Reaper {
-    fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
-    }
-
-    async fn json(&self, path: &str) -> Result<Value> {
-        let r = self.client.get(self.url(path)).send().await?;
-        let code = r.status();
-        let body = r.text().await?;
-        if !code.is_success() {
-            bail!("GET {path}: {code} {body}");
-        }
-        Ok(serde_json::from_str(&body)?)
-    }
-
-    async fn text(&self, path: &str) -> Result<(u16, String)> {
-        let r = self.client.get(self.url(path)).send().await?;
-        Ok((r.status().as_u16(), r.text().await?))
-    }
-
-    fn log_tail(&self) -> String {
-        let t = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = t.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
-    }
-
-    async fn stop(&mut self) -> Result<Option<i32>> {
-        if let Some(pid) = self.child.id() {
-            std::process::Command::new("kill")
-                .args(["-TERM", &pid.to_string()])
-                .status()?;
-        }
-        let st = tokio::time::timeout(Duration::from_secs(30), self.child.wait())
-            .await
-            .context("ds-reaper did not stop within 30 s of SIGTERM")??;
-        Ok(st.code())
-    }
-}
-
-async fn poll<F, Fut, T>(what: &str, timeout: Duration, mut f: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<Option<T>>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await? {
-            return Ok(v);
-        }
-        if Instant::now() > deadline {
-            bail!("timed out after {timeout:?} waiting for: {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(150)).await;
-    }
-}
-
-fn reaper_binary(arg: Option<PathBuf>) -> Result<PathBuf> {
-    if let Some(p) = arg {
-        return Ok(p);
-    }
-    let me = std::env::current_exe()?;
-    let p = me
-        .parent()
-        .context("no directory for the ds-sim binary")?
-        .join("ds-reaper");
-    if !p.exists() {
-        bail!(
-            "{} not found: build it (cargo build --release -p reaper) or pass --reaper",
-            p.display()
-        );
-    }
-    Ok(p)
-}
