@@ -151,7 +151,6 @@ fn explain(text: &str) {
     }
 }
 
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let cli = Cli::parse();
@@ -333,4 +332,3 @@ async fn cluster(
 // ---------------------------------------------------------------- shared with the demo and the benchmarks
 
 const STATE_RUNNING: i32 = 1;
-
