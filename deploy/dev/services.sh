@@ -55,6 +55,8 @@ install_missing() {
   command -v psql >/dev/null || pkgs+=(postgresql-client)
   # promtool and a real Prometheus for the alert-rule tests
   command -v promtool >/dev/null && command -v prometheus >/dev/null || pkgs+=(prometheus)
+  # scripts/check-deploy.py reads the YAML manifests (python3 itself comes with Debian)
+  command -v python3 >/dev/null && python3 -c 'import yaml' 2>/dev/null || pkgs+=(python3 python3-yaml)
   # headless Chromium for the status page's browser test (tests/tests/e2e/page.rs)
   command -v chromium >/dev/null || pkgs+=(chromium)
   # DS's etcd registry (reaper-etcd, ds-sim), and protoc for the etcd-client crate's build
