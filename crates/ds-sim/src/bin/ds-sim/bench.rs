@@ -92,18 +92,67 @@ pub async fn reap(reaper: Option<PathBuf>, n: u64) -> Result<()> {
     r
 }
 
+/// Rounds of each side of the reap benchmark: the raw UPDATE and the daemon
+/// are each measured this many times and each side's best counts, so that
+/// neither figure is one noisy sample against the other's best.
+const REAP_ROUNDS: usize = 3;
+
+/// (first intent, first done, last done, done records) of the tasks `a..=b`
+/// in an audit trail.
+type Span = (
+    Option<chrono::DateTime<chrono::FixedOffset>>,
+    Option<chrono::DateTime<chrono::FixedOffset>>,
+    Option<chrono::DateTime<chrono::FixedOffset>>,
+    u64,
+);
+
+fn audit_span(audit: &str, a: i64, b: i64) -> Span {
+    let (mut first, mut first_done, mut last, mut done) = (None, None, None, 0u64);
+    for l in audit.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(l) else {
+            continue;
+        };
+        if !v["task_id"].as_i64().is_some_and(|t| (a..=b).contains(&t)) {
+            continue;
+        }
+        let ts = v["ts"]
+            .as_str()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
+        match v["event"].as_str() {
+            Some("intent") if first.is_none() => first = ts,
+            Some("done") => {
+                done += 1;
+                first_done = first_done.or(ts);
+                last = ts;
+            }
+            _ => {}
+        }
+    }
+    (first, first_done, last, done)
+}
+
+fn ms(d: chrono::Duration) -> f64 {
+    d.num_microseconds().unwrap_or(0) as f64 / 1e3
+}
+
 async fn reap_body(bin: &Path, db: &SimDb, zk: &str, root: &str, dir: &Path, n: u64) -> Result<()> {
     let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
-    let (a, b) = db.bulk_fill(wf, n, 1, "10.0.0.11:1234").await?;
+    // One set of n zombies-to-be per round, each on a worker of its own.
+    let hosts = ["10.0.0.11:1234", "10.0.0.14:1234", "10.0.0.15:1234"];
+    let mut sets = Vec::new();
+    for h in &hosts[..REAP_ROUNDS] {
+        sets.push(db.bulk_fill(wf, n, 1, h).await?);
+    }
     db.bulk_fill(wf, 10, 1, "10.0.0.12:1234").await?;
     // a realistic table: the zombies among finished history
     db.bulk_fill(wf, 100_000, 7, "10.0.0.12:1234").await?;
 
     // The raw figure: the operator's manual fix, one conditional UPDATE over
-    // the zombies' id list, best of 3.
+    // the zombies' id list.
+    let (a, b) = sets[0];
     let ids = (a..=b).map(|i| i.to_string()).collect::<Vec<_>>().join(",");
-    let mut raw = f64::INFINITY;
-    for _ in 0..3 {
+    let mut raws = Vec::new();
+    for _ in 0..REAP_ROUNDS {
         let t = Instant::now();
         let done = sqlx::query(&format!(
             "UPDATE t_ds_task_instance SET state = 6, end_time = NOW() \
@@ -112,7 +161,7 @@ async fn reap_body(bin: &Path, db: &SimDb, zk: &str, root: &str, dir: &Path, n: 
         .execute(my(db)?)
         .await?
         .rows_affected();
-        raw = raw.min(t.elapsed().as_secs_f64());
+        raws.push(t.elapsed().as_secs_f64());
         if done != n {
             bail!("raw UPDATE touched {done} rows, expected {n}");
         }
@@ -122,21 +171,38 @@ async fn reap_body(bin: &Path, db: &SimDb, zk: &str, root: &str, dir: &Path, n: 
         .execute(my(db)?)
         .await?;
     }
+    let raw = raws.iter().copied().fold(f64::INFINITY, f64::min);
     println!(
-        "raw batched UPDATE of {n} rows: {:.1} ms (best of 3)",
+        "raw batched UPDATE of {n} rows: {} ms, best {:.1} ms",
+        raws.iter()
+            .map(|r| format!("{:.1}", r * 1000.0))
+            .collect::<Vec<_>>()
+            .join(" / "),
         raw * 1000.0
     );
 
     let started = servers_started();
     let mut servers = Vec::new();
-    for (k, h) in [
-        (ServerKind::Master, "10.0.0.1:5678"),
-        (ServerKind::Worker, "10.0.0.11:1234"),
-        (ServerKind::Worker, "10.0.0.12:1234"),
-        (ServerKind::Worker, "10.0.0.13:1234"),
-    ] {
-        servers.push(SimServer::register(zk, root, db.line, k, h, &[], started).await?);
+    for h in ["10.0.0.12:1234", "10.0.0.13:1234"]
+        .iter()
+        .chain(&hosts[..REAP_ROUNDS])
+    {
+        servers.push(
+            SimServer::register(zk, root, db.line, ServerKind::Worker, h, &[], started).await?,
+        );
     }
+    servers.push(
+        SimServer::register(
+            zk,
+            root,
+            db.line,
+            ServerKind::Master,
+            "10.0.0.1:5678",
+            &[],
+            started,
+        )
+        .await?,
+    );
     let port = free_port()?;
     let extra = format!(
         "[reconcile]\nsweep_interval = \"1s\"\nfull_scan_interval = \"1m\"\ngrace_period = \"2s\"\n\
@@ -152,58 +218,61 @@ async fn reap_body(bin: &Path, db: &SimDb, zk: &str, root: &str, dir: &Path, n: 
         port,
     )
     .await?;
-    let crash = Instant::now();
-    servers[1].crash().await;
-    let r = poll("every zombie failed", Duration::from_secs(600), || async {
-        Ok((count_state(db, a, b, 6).await? == n as i64).then_some(()))
-    })
-    .await;
-    let total = crash.elapsed().as_secs_f64();
+    // Each round loses one zombie worker; the daemon's own reaping time is
+    // its first intent to its last outcome for that round's tasks.
+    let mut rounds = Vec::new();
+    let mut result_of_rounds = Ok(());
+    for (r, &(a, b)) in sets.iter().enumerate() {
+        let crash = Instant::now();
+        servers[2 + r].crash().await;
+        let polled = poll("every zombie failed", Duration::from_secs(600), || async {
+            Ok((count_state(db, a, b, 6).await? == n as i64).then_some(()))
+        })
+        .await;
+        if let Err(e) = polled {
+            result_of_rounds = Err(e);
+            break;
+        }
+        let total = crash.elapsed().as_secs_f64();
+        // the outcome records follow the rows; wait until all are on file
+        let audit_path = dir.join("audit.jsonl");
+        let span = poll("every outcome audited", Duration::from_secs(30), || async {
+            let span = audit_span(&std::fs::read_to_string(&audit_path)?, a, b);
+            Ok((span.3 == n).then_some(span))
+        })
+        .await?;
+        let (Some(f), Some(fd), Some(l), done) = span else {
+            bail!("round {r}: no intent/done in the audit trail");
+        };
+        println!(
+            "round {}: first intent → first done {:.1} ms (intents fsync + batched write), \
+             first → last done {:.1} ms (per-task follow-ups); {done} done; crash → all FAILURE {total:.1} s \
+             (grace 2 s + sweep)",
+            r + 1,
+            ms(fd - f),
+            ms(l - f - (fd - f)),
+        );
+        rounds.push((ms(l - f) / 1e3, done, total));
+    }
     let _ = rp.stop().await;
     for s in &mut servers {
         s.crash().await;
     }
-    r.with_context(|| rp.log_tail(30))?;
-    // The daemon's own reaping time: first intent to last outcome in the audit trail.
-    let audit = std::fs::read_to_string(dir.join("audit.jsonl"))?;
-    let mut first = None;
-    let mut first_done = None;
-    let mut last = None;
-    let mut done = 0u64;
-    for l in audit.lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(l) else {
-            continue;
-        };
-        let ts = v["ts"]
-            .as_str()
-            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
-        match v["event"].as_str() {
-            Some("intent") if first.is_none() => first = ts,
-            Some("done") => {
-                done += 1;
-                first_done = first_done.or(ts);
-                last = ts;
-            }
-            _ => {}
-        }
-    }
-    let (Some(f), Some(l)) = (first, last) else {
-        bail!("no intent/done in the audit trail");
-    };
-    let reaping = (l - f).num_microseconds().unwrap_or(0) as f64 / 1e6;
-    if let Some(fd) = first_done {
-        println!(
-            "  intent ts → first done {:.1} ms (intents fsync + batched write), first → last done {:.1} ms (per-task follow-ups)",
-            (fd - f).num_microseconds().unwrap_or(0) as f64 / 1e3,
-            (l - fd).num_microseconds().unwrap_or(0) as f64 / 1e3
-        );
-    }
+    result_of_rounds.with_context(|| rp.log_tail(30))?;
+    let (reaping, done, total) = rounds
+        .iter()
+        .copied()
+        .min_by(|x, y| x.0.total_cmp(&y.0))
+        .context("no round measured")?;
     println!(
-        "daemon: {done} done records; reaping (first intent → last done) {reaping:.2} s = {:.0} tasks/s; \
-         crash → all FAILURE {total:.1} s (grace 2 s + sweep)",
+        "daemon: best of {REAP_ROUNDS} rounds: reaping (first intent → last done) {:.1} ms = {:.0} tasks/s",
+        reaping * 1000.0,
         done as f64 / reaping.max(1e-6)
     );
-    println!("ratio daemon / raw UPDATE: {:.1}×", reaping / raw);
+    println!(
+        "ratio daemon / raw UPDATE (best against best): {:.1}×",
+        reaping / raw
+    );
     result("reap_raw_update_ms", raw * 1000.0);
     result("reap_daemon_s", reaping);
     result("reap_daemon_per_s", done as f64 / reaping.max(1e-6));
