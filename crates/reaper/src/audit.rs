@@ -205,11 +205,22 @@ impl Audit {
     /// [`Audit::append`] on tokio's blocking pool: an fsync must not stall
     /// the workers that serve HTTP and the registry session.
     pub async fn append_blocking(self: &Arc<Self>, records: Vec<Record>) -> Result<(), AuditError> {
+        self.append_returning(records).await.map(|_| ())
+    }
+
+    /// [`Audit::append_blocking`] that hands the records back once they are
+    /// on disk: the intents of a large batch become its outcome records, and
+    /// copying thousands of them only to keep them was a visible share of a
+    /// batch's reaping time.
+    pub async fn append_returning(
+        self: &Arc<Self>,
+        records: Vec<Record>,
+    ) -> Result<Vec<Record>, AuditError> {
         if records.is_empty() {
-            return Ok(());
+            return Ok(records);
         }
         let me = self.clone();
-        match tokio::task::spawn_blocking(move || me.append(&records)).await {
+        match tokio::task::spawn_blocking(move || me.append(&records).map(|()| records)).await {
             Ok(r) => r,
             Err(e) => Err(self.err(std::io::Error::other(e.to_string()))),
         }

@@ -113,15 +113,18 @@ impl Engine {
                 r
             })
             .collect();
-        if let Err(e) = self.audit.append_blocking(intents.clone()).await {
-            tracing::error!(error = %e, "cannot write audit intents; not writing");
-            for it in items {
-                self.count(it.zombie.action, ActionResult::Error);
+        let intents = match self.audit.append_returning(intents).await {
+            Ok(intents) => intents,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot write audit intents; not writing");
+                for it in items {
+                    self.count(it.zombie.action, ActionResult::Error);
+                }
+                return Err(NotWritten::Audit(format!(
+                    "cannot write the audit trail, not writing: {e}"
+                )));
             }
-            return Err(NotWritten::Audit(format!(
-                "cannot write the audit trail, not writing: {e}"
-            )));
-        }
+        };
         let writes: Vec<TaskWrite> = items
             .iter()
             .map(|it| TaskWrite {
