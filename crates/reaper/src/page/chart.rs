@@ -3,7 +3,7 @@
 //! a time axis ending at "now", and each series' last value. No script, no
 //! external asset: the SVG is inline in the page.
 
-use super::{esc, exact};
+use super::format::{esc, exact};
 use reaper_core::Instant;
 use std::fmt::Write;
 

@@ -1,0 +1,284 @@
+//! The top of the page: the header, the verdict line, the summary cards and
+//! the last hour's charts — what an operator reads first.
+
+use super::format::{ago, esc, exact, opt, plural, reasons_line};
+use super::{chart, tally, Page, REFRESH_SECONDS};
+use crate::engine::SweepPoint;
+use reaper_core::Instant;
+use std::fmt::Write;
+
+pub(super) fn header(h: &mut String, p: &Page) {
+    let st = &p.status;
+    let _ = write!(
+        h,
+        "<header><h1>ds-reaper <small>{} · DS {} · version {}</small></h1>\
+         <span class=\"muted\">updated <span title=\"{}\">{}</span> · refreshes every {REFRESH_SECONDS} s</span></header>",
+        if st.leader {
+            if st.leader_election {
+                "leader"
+            } else {
+                "leader (election off)"
+            }
+        } else {
+            "standby (does not act)"
+        },
+        opt(st.ds_line),
+        esc(st.version),
+        esc(&exact(p.now)),
+        p.now.format("%H:%M:%S UTC"),
+    );
+}
+
+/// One line saying whether anything needs a person, and what.
+pub(super) fn verdict(h: &mut String, p: &Page) {
+    let st = &p.status;
+    let mut bad = Vec::new();
+    let mut warn = Vec::new();
+    if st.brake.engaged {
+        bad.push(format!(
+            "safety brake engaged ({}): no action is taken",
+            opt(st.brake.why.as_deref())
+        ));
+    }
+    if !st.registry_view.valid {
+        bad.push(format!(
+            "registry view invalid ({}): no action is taken",
+            opt(st.registry_view.reason.as_deref())
+        ));
+    }
+    if st.database_error.is_some() {
+        bad.push("the database does not answer".into());
+    }
+    if p.zombies_total > 0 {
+        bad.push(plural(p.zombies_total, "zombie task", "zombie tasks"));
+    }
+    if !p.workflows.is_empty() {
+        bad.push(plural(
+            p.workflows.len(),
+            "workflow that cannot progress",
+            "workflows that cannot progress",
+        ));
+    }
+    let stale = p
+        .workers
+        .workers
+        .iter()
+        .filter(|w| matches!(&w.agent, Some(Some(a)) if !a.fresh))
+        .count();
+    if stale > 0 {
+        warn.push(format!(
+            "{} beside a live worker",
+            plural(stale, "stale agent", "stale agents")
+        ));
+    }
+    if st.last_sweep.is_none() {
+        warn.push("no sweep yet".into());
+    }
+    let (class, text) = match (bad.is_empty(), warn.is_empty()) {
+        (true, true) => (
+            "ok",
+            "All clear: no zombie tasks, no stuck workflows.".to_string(),
+        ),
+        (true, false) => ("warn", format!("Attention: {}.", warn.join("; "))),
+        _ => (
+            "bad",
+            format!(
+                "Attention: {}.",
+                bad.into_iter().chain(warn).collect::<Vec<_>>().join("; ")
+            ),
+        ),
+    };
+    let _ = write!(h, "<div class=\"verdict {class}\">{}</div>", esc(&text));
+}
+
+fn card(h: &mut String, href: &str, key: &str, value: &str, detail: &str) {
+    let _ = write!(
+        h,
+        "<a class=\"card\" href=\"{href}\"><div class=\"k\">{key}</div><div class=\"v\">{value}</div>\
+         <div class=\"d\">{detail}</div></a>"
+    );
+}
+
+pub(super) fn cards(h: &mut String, p: &Page) {
+    let st = &p.status;
+    let now = p.now;
+    h.push_str("<div class=\"cards\">");
+    let num = |n: usize| {
+        format!(
+            "<span class=\"{}\">{n}</span>",
+            if n == 0 { "ok" } else { "bad" }
+        )
+    };
+    card(
+        h,
+        "#zombies",
+        "Zombie tasks",
+        &num(p.zombies_total),
+        &if p.zombie_reasons.is_empty() {
+            "none".into()
+        } else {
+            reasons_line(&p.zombie_reasons)
+        },
+    );
+    let wf_reasons = tally(p.workflows.iter().map(|w| w.reason));
+    card(
+        h,
+        "#workflows",
+        "Stuck workflows",
+        &num(p.workflows.len()),
+        &if wf_reasons.is_empty() {
+            "none".into()
+        } else {
+            reasons_line(&wf_reasons)
+        },
+    );
+    let (mut fresh, mut stale, mut none) = (0, 0, 0);
+    for w in &p.workers.workers {
+        match &w.agent {
+            Some(Some(a)) if a.fresh => fresh += 1,
+            Some(Some(_)) => stale += 1,
+            _ => none += 1,
+        }
+    }
+    card(
+        h,
+        "#workers",
+        "Live workers",
+        &p.workers.workers.len().to_string(),
+        &format!(
+            "agents: {fresh} fresh · {} · {none} none",
+            if stale > 0 {
+                format!("<span class=\"bad\">{stale} stale</span>")
+            } else {
+                "0 stale".into()
+            }
+        ),
+    );
+    card(
+        h,
+        "#masters",
+        "Live masters",
+        &p.workers.masters.len().to_string(),
+        &format!("{} recently lost", p.workers.lost.len()),
+    );
+    let rv = &st.registry_view;
+    card(
+        h,
+        "#workers",
+        "Registry view",
+        &if rv.valid {
+            "<span class=\"ok\">valid</span>".to_string()
+        } else {
+            "<span class=\"bad\">invalid</span>".to_string()
+        },
+        &if rv.valid {
+            format!("{} · since {}", esc(rv.registry), ago(Some(rv.since), now))
+        } else {
+            format!(
+                "{} · {} · since {}",
+                esc(rv.registry),
+                opt(rv.reason.as_deref()),
+                ago(Some(rv.since), now)
+            )
+        },
+    );
+    card(
+        h,
+        "#audit",
+        "Brake",
+        &if st.brake.engaged {
+            "<span class=\"bad\">ENGAGED</span>".to_string()
+        } else {
+            "<span class=\"ok\">released</span>".to_string()
+        },
+        &if st.brake.engaged {
+            format!(
+                "{} · {}",
+                ago(st.brake.since, now),
+                opt(st.brake.why.as_deref())
+            )
+        } else {
+            "actions allowed".into()
+        },
+    );
+    match &st.last_sweep {
+        Some(s) => card(
+            h,
+            "#charts",
+            "Last sweep",
+            &ago(Some(s.at), now),
+            &format!(
+                "<span class=\"{}\">{}</span> · {} · {} · {}{}",
+                if s.result.as_str() == "ok" {
+                    "ok"
+                } else {
+                    "bad"
+                },
+                esc(s.result.as_str()),
+                esc(s.kind),
+                plural(s.candidates, "candidate", "candidates"),
+                plural(s.actions, "action", "actions"),
+                s.detail
+                    .as_deref()
+                    .map(|d| format!(" — {}", esc(d)))
+                    .unwrap_or_default()
+            ),
+        ),
+        None => card(h, "#charts", "Last sweep", "-", "no sweep yet"),
+    }
+    h.push_str("</div>");
+}
+
+pub(super) fn charts(h: &mut String, p: &Page) {
+    let pts = |f: fn(&SweepPoint) -> f64| -> Vec<(Instant, f64)> {
+        p.history.iter().map(|s| (s.at, f(s))).collect()
+    };
+    let window = crate::engine::HISTORY_WINDOW;
+    let charts = [
+        chart::Chart {
+            title: "Zombies found",
+            series: vec![
+                chart::Series {
+                    label: "tasks",
+                    color: "#c62828",
+                    points: pts(|s| s.zombies as f64),
+                },
+                chart::Series {
+                    label: "workflows",
+                    color: "#ef6c00",
+                    points: pts(|s| s.workflows as f64),
+                },
+            ],
+            fmt: chart::count,
+            now: p.now,
+            window,
+        },
+        chart::Chart {
+            title: "Actions taken",
+            series: vec![chart::Series {
+                label: "actions",
+                color: "#6a1b9a",
+                points: pts(|s| s.actions as f64),
+            }],
+            fmt: chart::count,
+            now: p.now,
+            window,
+        },
+        chart::Chart {
+            title: "Sweep duration",
+            series: vec![chart::Series {
+                label: "duration",
+                color: "#1565c0",
+                points: pts(|s| s.duration_ms as f64),
+            }],
+            fmt: chart::millis,
+            now: p.now,
+            window,
+        },
+    ];
+    h.push_str("<section id=\"charts\" class=\"charts\">");
+    for c in &charts {
+        let _ = write!(h, "<figure>{}</figure>", c.render());
+    }
+    h.push_str("</section>");
+}
