@@ -120,6 +120,25 @@ pub trait TaskStore: Send + Sync {
         line: DsLine,
         writes: &'a [TaskWrite],
     ) -> BoxFuture<'a, Result<Vec<WriteOutcome>, PortError>>;
+    /// [`TaskStore::write_tasks`] that writes no row before `before_write`
+    /// has completed with `Ok` — the engine's intents on disk (SPEC §4.7) —
+    /// and writes nothing at all when it fails. A store may do what comes
+    /// before a write meanwhile (a connection, a transaction, a locking read),
+    /// so the audit's fsync and the database's round trips overlap. The
+    /// default waits for `before_write`, then writes.
+    fn write_tasks_after<'a>(
+        &'a self,
+        line: DsLine,
+        writes: &'a [TaskWrite],
+        before_write: BoxFuture<'a, Result<(), String>>,
+    ) -> BoxFuture<'a, Result<Vec<WriteOutcome>, PortError>> {
+        Box::pin(async move {
+            before_write
+                .await
+                .map_err(|e| PortError::Invalid(format!("not written: {e}")))?;
+            self.write_tasks(line, writes).await
+        })
+    }
     /// The workflow follow-up after an applied task write (SPEC §5).
     fn follow_up<'a>(
         &'a self,

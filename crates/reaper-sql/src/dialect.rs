@@ -101,11 +101,14 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
     fn time(r: &RowOf<Self>, i: usize) -> Result<Option<chrono::NaiveDateTime>, sqlx::Error>;
 
     /// Conditional task writes (SPEC §4.2) in one transaction: for each input,
-    /// whether it was applied (a duplicate id is applied once).
+    /// whether it was applied (a duplicate id is applied once). No row is
+    /// changed before `ready` completes with `Ok`; when it fails the
+    /// transaction is rolled back and its message returned.
     fn write_batch(
         c: &mut Conn<Self>,
         zone: Zone,
         batch: &[&TaskWrite],
+        ready: impl Future<Output = Result<(), String>> + Send,
     ) -> impl Future<Output = Result<Vec<bool>, SqlError>> + Send;
 }
 
@@ -133,4 +136,9 @@ pub(crate) fn connect_lazy<D: Dialect>(
         })
         .connect_lazy_with(opts);
     Ok(pool)
+}
+
+/// A write's `ready` failed: nothing was changed.
+pub(crate) fn not_ready(why: String) -> SqlError {
+    SqlError::Invalid(format!("not written: {why}"))
 }

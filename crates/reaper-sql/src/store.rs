@@ -130,6 +130,20 @@ impl TaskStore for SqlStore {
         Box::pin(async move { Ok(self.db.write_tasks(line, writes).await?) })
     }
 
+    fn write_tasks_after<'a>(
+        &'a self,
+        line: DsLine,
+        writes: &'a [TaskWrite],
+        before_write: BoxFuture<'a, Result<(), String>>,
+    ) -> BoxFuture<'a, Result<Vec<WriteOutcome>, PortError>> {
+        Box::pin(async move {
+            Ok(self
+                .db
+                .write_tasks_after(line, writes, before_write)
+                .await?)
+        })
+    }
+
     fn follow_up<'a>(
         &'a self,
         line: DsLine,

@@ -40,6 +40,19 @@ impl Db {
         line: DsLine,
         writes: &[TaskWrite],
     ) -> Result<Vec<WriteOutcome>, SqlError> {
+        self.write_tasks_after(line, writes, async { Ok(()) }).await
+    }
+
+    /// [`Db::write_tasks`] that changes no row before `ready` completes with
+    /// `Ok` (the caller's intents on disk) and none at all when it fails:
+    /// the connection, the transaction and (MySQL) the locking read go ahead
+    /// meanwhile, and the transaction is rolled back if `ready` fails.
+    pub async fn write_tasks_after(
+        &self,
+        line: DsLine,
+        writes: &[TaskWrite],
+        ready: impl std::future::Future<Output = Result<(), String>> + Send,
+    ) -> Result<Vec<WriteOutcome>, SqlError> {
         for w in writes {
             let code = w
                 .action
@@ -64,7 +77,7 @@ impl Db {
         // not understand must stop it before the task write, not after it.
         let applied = with_conn!(self, "writing task rows", |c: D| async {
             self.catalog_on::<D>(c).await?.require_writes(line)?;
-            D::write_batch(c, zone, &batch).await
+            D::write_batch(c, zone, &batch, ready).await
         })?;
         for (k, &i) in idx.iter().enumerate() {
             if applied[k] {

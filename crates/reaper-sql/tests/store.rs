@@ -152,6 +152,109 @@ async fn port(kind: SimKind, fixture: &str) {
     sim.drop().await.unwrap();
 }
 
+/// A task's state as another session sees it, uncommitted changes included
+/// on MySQL (READ UNCOMMITTED), so that an UPDATE made but not yet committed
+/// shows. PostgreSQL has no dirty reads; its check and update are one
+/// statement anyway.
+async fn uncommitted_state(sim: &ds_sim::db::SimDb, id: i64) -> Result<i32, String> {
+    match &sim.pool {
+        ds_sim::db::SimPool::My(p) => {
+            let mut c = p.acquire().await.map_err(|e| e.to_string())?;
+            sqlx::query("SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
+                .execute(&mut *c)
+                .await
+                .map_err(|e| e.to_string())?;
+            let st: i32 = sqlx::query_scalar(&format!(
+                "SELECT state FROM t_ds_task_instance WHERE id = {id}"
+            ))
+            .fetch_one(&mut *c)
+            .await
+            .map_err(|e| e.to_string())?;
+            // the connection goes back to the pool: leave it as it was
+            sqlx::query("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                .execute(&mut *c)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(st)
+        }
+        ds_sim::db::SimPool::Pg(_) => {
+            Ok(sim.task_state(id).await.map_err(|e| e.to_string())?.state)
+        }
+    }
+}
+
+/// SPEC §4.7 through the port: no row changes before `before_write` (the
+/// engine's intents on disk) completes, and none at all when it fails — the
+/// locks of MySQL's locking read are then released, so the next write goes
+/// through.
+async fn write_waits_for_before_write(kind: SimKind) {
+    let Some(sim) = setup(kind, "3.2.2").await else {
+        return;
+    };
+    let line = sim.line;
+    let store: Arc<dyn TaskStore> = Arc::new(SqlStore::new(connect(&sim, Duration::from_secs(30))));
+    let wf = sim.insert_workflow(&WorkflowSpec::default()).await.unwrap();
+    let spec = TaskSpec::new(wf, 1, Some("10.0.0.5:1234"));
+    let x = sim.insert_task(&spec).await.unwrap();
+    let y = sim.insert_task(&spec).await.unwrap();
+    let full = store.candidates(line, &[1], Scan::Full).await.unwrap();
+    let w = |id: i64| TaskWrite {
+        seen: full.iter().find(|c| c.id == id).unwrap().clone(),
+        action: Action::Fail,
+        now: now(),
+    };
+
+    let state_when_ready = Arc::new(std::sync::Mutex::new(None));
+    let seen = state_when_ready.clone();
+    let sim_ref = &sim;
+    let out = store
+        .write_tasks_after(
+            line,
+            &[w(x)],
+            Box::pin(async move {
+                let st = uncommitted_state(sim_ref, x).await?;
+                *seen.lock().unwrap() = Some(st);
+                Ok(())
+            }),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out, [WriteOutcome::Applied]);
+    assert_eq!(
+        *state_when_ready.lock().unwrap(),
+        Some(1),
+        "{kind:?}: the row changed before the intents were on disk"
+    );
+    assert_eq!(sim.task_state(x).await.unwrap().state, 6);
+
+    let e = store
+        .write_tasks_after(
+            line,
+            &[w(y)],
+            Box::pin(async { Err("the audit disk is full".to_string()) }),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, PortError::Invalid(m) if m.contains("not written: the audit disk is full")),
+        "{kind:?}: {e}"
+    );
+    assert_eq!(sim.task_state(y).await.unwrap().state, 1, "{kind:?}");
+    let out = store.write_tasks(line, &[w(y)]).await.unwrap();
+    assert_eq!(out, [WriteOutcome::Applied], "{kind:?}: locks released");
+    sim.drop().await.unwrap();
+}
+
+#[tokio::test]
+async fn write_waits_for_before_write_mysql() {
+    write_waits_for_before_write(SimKind::MySql).await;
+}
+
+#[tokio::test]
+async fn write_waits_for_before_write_pg() {
+    write_waits_for_before_write(SimKind::Postgres).await;
+}
+
 /// A server that accepts connections and says nothing: the store is
 /// Unavailable, and a failed read leaves the cursor as it was.
 async fn silent_server(scheme: &str) {

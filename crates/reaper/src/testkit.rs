@@ -202,6 +202,27 @@ impl TaskStore for MemStore {
         })
     }
 
+    /// Like the SQL store: a database that is down fails before the intents
+    /// are asked for; otherwise nothing is written before they are on disk.
+    fn write_tasks_after<'a>(
+        &'a self,
+        line: DsLine,
+        writes: &'a [TaskWrite],
+        before_write: BoxFuture<'a, Result<(), String>>,
+    ) -> BoxFuture<'a, Result<Vec<WriteOutcome>, PortError>> {
+        Box::pin(async move {
+            if self.fail_writes.load(Ordering::SeqCst) {
+                lock(&self.calls)
+                    .push(StoreCall::Write(writes.iter().map(|w| w.seen.id).collect()));
+                return Err(PortError::Unavailable("database down (test)".into()));
+            }
+            before_write
+                .await
+                .map_err(|e| PortError::Invalid(format!("not written: {e}")))?;
+            self.write_tasks(line, writes).await
+        })
+    }
+
     fn follow_up<'a>(
         &'a self,
         _line: DsLine,

@@ -1,6 +1,6 @@
 //! MySQL/MariaDB: what differs from PostgreSQL, and nothing else.
 
-use super::{Dialect, RowOf};
+use super::{not_ready, Dialect, RowOf};
 use crate::schema::TASK;
 use crate::sql::{Arg, Sql};
 use crate::write::{push_sets, write_groups};
@@ -11,6 +11,7 @@ use reaper_core::Zone;
 use sqlx::mysql::{MySqlArguments, MySqlConnectOptions, MySqlConnection, MySqlRow};
 use sqlx::{Arguments, Connection, Executor, Row, Type, ValueRef};
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -172,9 +173,11 @@ impl Dialect for MySql {
         c: &mut MySqlConnection,
         zone: Zone,
         batch: &[&TaskWrite],
+        ready: impl Future<Output = Result<(), String>> + Send,
     ) -> Result<Vec<bool>, SqlError> {
         let mut applied = vec![false; batch.len()];
         if batch.is_empty() {
+            ready.await.map_err(not_ready)?;
             return Ok(applied);
         }
         let mut tx = c.begin().await?;
@@ -189,6 +192,10 @@ impl Dialect for MySql {
             q.one_off();
             rows.extend(q.fetch_all(&mut *tx).await?);
         }
+        // The rows are locked, nothing is changed yet: the caller's intents
+        // must be on disk before the first UPDATE. On failure the dropped
+        // transaction rolls back and releases the locks.
+        ready.await.map_err(not_ready)?;
         let current = locked_rows(&rows);
         let mut taken = HashSet::new();
         let mut ok = Vec::new();

@@ -1,6 +1,6 @@
 //! PostgreSQL: what differs from MySQL/MariaDB, and nothing else.
 
-use super::Dialect;
+use super::{not_ready, Dialect};
 use crate::schema::TASK;
 use crate::sql::{Arg, Sql};
 use crate::write::{push_sets, write_groups};
@@ -11,6 +11,7 @@ use reaper_core::Zone;
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgConnection, PgRow, PgValueFormat};
 use sqlx::{Arguments, Connection, Decode, Executor, Row, Type, ValueRef};
 use std::collections::HashSet;
+use std::future::Future;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -200,13 +201,18 @@ impl Dialect for Postgres {
         c: &mut PgConnection,
         zone: Zone,
         batch: &[&TaskWrite],
+        ready: impl Future<Output = Result<(), String>> + Send,
     ) -> Result<Vec<bool>, SqlError> {
         let mut applied = vec![false; batch.len()];
         if batch.is_empty() {
+            ready.await.map_err(not_ready)?;
             return Ok(applied);
         }
         let all: Vec<usize> = (0..batch.len()).collect();
         let mut tx = c.begin().await?;
+        // The check and the update are one statement here: nothing to do
+        // before the caller's intents are on disk but the transaction.
+        ready.await.map_err(not_ready)?;
         for ((action, now), idx) in write_groups(batch, &all) {
             let Some(code) = action.target_state() else {
                 continue;

@@ -7,6 +7,10 @@ use crate::audit::{AuditEvent, Record, RecordKind, TAIL};
 use reaper_core::ports::{FollowUpOutcome, FollowUpRequest, TaskWrite, WriteOutcome};
 use reaper_core::{Action, DsLine, FollowUp, Instant, NodeKind, Zombie};
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+/// The intents back from the audit, or why they could not be written.
+type Appended = Result<Vec<Record>, String>;
 
 /// The `result` label of `actions_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,23 +101,69 @@ impl Engine {
         }
         self.gate_open(&gate).map_err(NotWritten::Gate)?;
         let now = self.now();
-        let intents: Vec<Record> = items
+        let build_intents = || -> Vec<Record> {
+            items
+                .iter()
+                .map(|it| {
+                    let mut r = self.base_record(AuditEvent::Intent, actor, it.zombie, line, now);
+                    if it.forced {
+                        r.reason = Some("forced".into());
+                    }
+                    r.to_state = it
+                        .zombie
+                        .action
+                        .target_state()
+                        .and_then(|c| line.state_name(c))
+                        .map(str::to_string);
+                    r
+                })
+                .collect()
+        };
+        let writes: Vec<TaskWrite> = items
             .iter()
-            .map(|it| {
-                let mut r = self.base_record(AuditEvent::Intent, actor, it.zombie, line, now);
-                if it.forced {
-                    r.reason = Some("forced".into());
-                }
-                r.to_state = it
-                    .zombie
-                    .action
-                    .target_state()
-                    .and_then(|c| line.state_name(c))
-                    .map(str::to_string);
-                r
+            .map(|it| TaskWrite {
+                seen: it.zombie.task.clone(),
+                action: it.zombie.action,
+                now,
             })
             .collect();
-        let intents = match self.audit.append_returning(intents).await {
+        // SPEC §4.7: the store changes no row before the intents are on disk;
+        // what comes before its first change (a connection, a transaction,
+        // MySQL's locking read) overlaps the audit's fsync.
+        let on_disk: Arc<Mutex<Option<Appended>>> = Arc::default();
+        let before_write = {
+            let (audit, slot, intents) = (self.audit.clone(), on_disk.clone(), build_intents());
+            Box::pin(async move {
+                let r = audit
+                    .append_returning(intents)
+                    .await
+                    .map_err(|e| e.to_string());
+                let ready = r.as_ref().map(|_| ()).map_err(Clone::clone);
+                *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+                ready
+            })
+        };
+        let outcomes = self
+            .store
+            .write_tasks_after(line, &writes, before_write)
+            .await;
+        let appended = on_disk.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let appended = match appended {
+            Some(r) => r,
+            None => {
+                // The store stopped before it asked for them (no connection,
+                // a schema it cannot write): nothing was written, and the
+                // intents go on file now, ahead of their error outcomes.
+                if outcomes.is_ok() {
+                    tracing::error!("the store wrote without waiting for the audit intents");
+                }
+                self.audit
+                    .append_returning(build_intents())
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+        };
+        let intents = match appended {
             Ok(intents) => intents,
             Err(e) => {
                 tracing::error!(error = %e, "cannot write audit intents; not writing");
@@ -125,15 +175,6 @@ impl Engine {
                 )));
             }
         };
-        let writes: Vec<TaskWrite> = items
-            .iter()
-            .map(|it| TaskWrite {
-                seen: it.zombie.task.clone(),
-                action: it.zombie.action,
-                now,
-            })
-            .collect();
-        let outcomes = self.store.write_tasks(line, &writes).await;
         let mut done = Vec::with_capacity(items.len());
         match outcomes {
             Err(e) => {

@@ -203,6 +203,32 @@ async fn a_failed_write_is_an_error_outcome_for_each_task() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn no_audit_no_write() {
+    let r = rig(|s| {
+        // a directory where the audit file should be: every append fails
+        s.audit.path = std::env::temp_dir();
+    });
+    r.store.insert(task(1, "w1:1234"));
+    r.lose("w1:1234");
+    tokio::time::advance(Duration::from_secs(60)).await;
+    let s = r.engine.sweep(Trigger::Tick).await;
+    assert_eq!(s.actions, 0, "{s:?}");
+    assert_eq!(
+        r.store.state(1),
+        Some(1),
+        "written without its intent on disk"
+    );
+    assert_eq!(r.actions("fail", "error"), 1);
+    assert!(
+        !r.store
+            .calls()
+            .iter()
+            .any(|c| matches!(c, StoreCall::Write(_))),
+        "the store was asked to write"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_view_is_taken_after_the_read() {
     // Issue 10 item 1: a worker registers while the candidates are read and
     // gets a task; the plan must see it live, not "never seen".
