@@ -7,7 +7,6 @@ use crate::audit::{AuditEvent, Record, RecordKind, TAIL};
 use reaper_core::ports::{FollowUpOutcome, FollowUpRequest, TaskWrite, WriteOutcome};
 use reaper_core::{Action, DsLine, FollowUp, Instant, NodeKind, Zombie};
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
 
 /// The intents back from the audit, or why they could not be written.
 type Appended = Result<Vec<Record>, String>;
@@ -127,41 +126,38 @@ impl Engine {
                 now,
             })
             .collect();
-        // SPEC §4.7: the store changes no row before the intents are on disk;
-        // what comes before its first change (a connection, a transaction,
-        // MySQL's locking read) overlaps the audit's fsync.
-        let on_disk: Arc<Mutex<Option<Appended>>> = Arc::default();
-        let before_write = {
-            let (audit, slot, intents) = (self.audit.clone(), on_disk.clone(), build_intents());
-            Box::pin(async move {
+        // SPEC §4.7: the store changes no row before the intents are on disk.
+        // The append starts now, on a task of its own, so that what comes
+        // before the store's first change (a connection, a transaction,
+        // MySQL's locking read) overlaps the audit's fsync; the store waits
+        // for it through `before_write`.
+        let (tx, mut rx) = tokio::sync::watch::channel(None::<Result<(), String>>);
+        let appending = {
+            let (audit, intents) = (self.audit.clone(), build_intents());
+            tokio::spawn(async move {
                 let r = audit
                     .append_returning(intents)
                     .await
                     .map_err(|e| e.to_string());
-                let ready = r.as_ref().map(|_| ()).map_err(Clone::clone);
-                *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
-                ready
+                let _ = tx.send(Some(r.as_ref().map(|_| ()).map_err(Clone::clone)));
+                r
             })
         };
+        let before_write = Box::pin(async move {
+            match rx.wait_for(Option::is_some).await {
+                Ok(r) => r.clone().unwrap_or(Ok(())),
+                Err(_) => Err("the audit append ended without a result".to_string()),
+            }
+        });
         let outcomes = self
             .store
             .write_tasks_after(line, &writes, before_write)
             .await;
-        let appended = on_disk.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let appended = match appended {
-            Some(r) => r,
-            None => {
-                // The store stopped before it asked for them (no connection,
-                // a schema it cannot write): nothing was written, and the
-                // intents go on file now, ahead of their error outcomes.
-                if outcomes.is_ok() {
-                    tracing::error!("the store wrote without waiting for the audit intents");
-                }
-                self.audit
-                    .append_returning(build_intents())
-                    .await
-                    .map_err(|e| e.to_string())
-            }
+        // Whatever the store did, the intents end on file (or failed to)
+        // before any outcome is recorded.
+        let appended: Appended = match appending.await {
+            Ok(r) => r,
+            Err(e) => Err(format!("the audit append failed: {e}")),
         };
         let intents = match appended {
             Ok(intents) => intents,
