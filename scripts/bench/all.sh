@@ -191,13 +191,17 @@ fi
 
 # 8. DS's JDBC registry: removal -> view, one poll with 2,000 workers ----------------
 if run jdbc_bench cargo test --release -q -p reaper-jdbc --test bench -- --ignored --nocapture --test-threads=1; then
+  # cargo -q prints a test's progress dot in front of the next line: strip it
   while read -r line; do
-    case_=${line%%: row deleted*}; med=$(sed -E 's/.*: median ([^ ]+) .*/\1/' <<<"$line")
-    row "jdbc $case_: row deleted -> view update (poll 1 s, median of 20)" "$med" "<= 1 s" "-"
+    line=${line#"${line%%[!.]*}"}
+    case_=${line%%: row deleted*}; med=$(sed -E 's/.*: median ([^ ]+ [^ ]+) .*/\1/' <<<"$line")
+    ms=$(awk -v v="${med% *}" -v u="${med#* }" 'BEGIN { printf "%.1f", (u == "s") ? v * 1000 : v }')
+    row "jdbc $case_: row deleted -> view update (poll 1 s, median of 20)" "$med" "<= 1 s" "$(verdict "$ms" "<=" 1000)"
   done < <(grep 'row deleted -> view update' "$LOG_DIR/jdbc_bench.log")
   while read -r line; do
-    row "jdbc ${line%%, 2000 workers*}: one poll with 2,000 workers (statement + decoding)" \
-      "$(grep -A1 -F "$line" "$LOG_DIR/jdbc_bench.log" | tail -n1 | sed -E 's/.*median ([^ ]+) .*/\1/')" "(figure)" "-"
+    name=${line#"${line%%[!.]*}"}
+    row "jdbc ${name%%, 2000 workers*}: one poll with 2,000 workers (statement + decoding)" \
+      "$(grep -A1 -F "$line" "$LOG_DIR/jdbc_bench.log" | tail -n1 | sed -E 's/.*median ([^ ]+ [^ ]+) .*/\1/')" "(figure)" "-"
   done < <(grep ', 2000 workers' "$LOG_DIR/jdbc_bench.log")
 else
   row "jdbc registry benchmarks" "-" "" "FAILED"
