@@ -196,14 +196,20 @@ pub(crate) fn summarise(
         })
         .collect();
     let mut bad: HashMap<i64, String> = HashMap::new();
+    // Each workflow's live tasks are gathered first and its map built once
+    // from them: a map filled one insert at a time, in ascending ids as the
+    // rows mostly come, leaves its nodes about half full, and the summaries
+    // are kept between sweeps (at 100,000 live tasks ~8 MiB instead of ~4.5).
+    // As with one insert per row, the last row read of a task counts.
+    let mut live: HashMap<i64, Vec<(i64, LiveTask)>> = HashMap::new();
     for r in rows {
         let Some(s) = out.get_mut(&r.wf) else {
             continue;
         };
         match r.item {
             Ok(item) => {
-                if let Some((id, t)) = item.live {
-                    s.live.insert(id, t);
+                if let Some(t) = item.live {
+                    live.entry(r.wf).or_default().push(t);
                 }
                 if item.end > s.last_end {
                     s.last_end = item.end;
@@ -223,6 +229,20 @@ pub(crate) fn summarise(
     }
     for id in bad.keys() {
         out.remove(id);
+    }
+    for (wf, mut tasks) in live {
+        if let Some(s) = out.get_mut(&wf) {
+            // stable: a task's rows stay in the order read; the last one is kept
+            tasks.sort_by_key(|(id, _)| *id);
+            tasks.dedup_by(|later, kept| {
+                let same = later.0 == kept.0;
+                if same {
+                    std::mem::swap(later, kept);
+                }
+                same
+            });
+            s.live = tasks.into_iter().collect();
+        }
     }
     let mut bad: Vec<(i64, String)> = bad.into_iter().collect();
     bad.sort();
@@ -365,6 +385,33 @@ mod tests {
             "only moves forward"
         );
         assert_eq!(s[&2].last_end, t("2024-01-01 00:00:09"));
+    }
+
+    #[test]
+    fn live_tasks_in_any_order_and_repeated_keep_the_last_row_read() {
+        // the reads of a sweep run at once: a workflow's rows come in any
+        // order, and a task read twice (with its workflow's rows and by id)
+        // is what its last row says
+        let (s, bad) = summarise(
+            &[1],
+            vec![
+                live(1, 30, 1, "w3:1234", None),
+                live(1, 10, 0, "w1:1234", None),
+                live(1, 20, 1, "w2:1234", None),
+                live(1, 10, 1, "w9:1234", None),
+            ],
+            None,
+        );
+        assert!(bad.is_empty());
+        let live: Vec<(i64, i32, &str)> = s[&1]
+            .live
+            .iter()
+            .map(|(id, t)| (*id, t.state, t.host.as_deref().unwrap_or_default()))
+            .collect();
+        assert_eq!(
+            live,
+            vec![(10, 1, "w9:1234"), (20, 1, "w2:1234"), (30, 1, "w3:1234")]
+        );
     }
 
     #[test]
