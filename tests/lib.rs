@@ -265,6 +265,48 @@ pub async fn server(
     .await
 }
 
+/// The usual cluster: a master at `master` and three workers
+/// 10.0.0.11-13:1234 (default group) under `root` on ZooKeeper `zk`, started
+/// at `started`, heartbeat times in UTC (the test daemons' `time_zone`).
+pub async fn master_and_three_workers(
+    zk: &str,
+    root: &str,
+    line: reaper_core::DsLine,
+    master: &str,
+    started: chrono::DateTime<chrono::Utc>,
+) -> Result<(ds_sim::zk::SimServer, [ds_sim::zk::SimServer; 3])> {
+    let opts = ds_sim::zk::SimOptions {
+        zone: "UTC".parse().map_err(|e| anyhow::anyhow!("{e:?}"))?,
+        ..Default::default()
+    };
+    use reaper_core::NodeKind::{Master, Worker};
+    let mut servers = Vec::new();
+    for (kind, host) in [
+        (Master, master),
+        (Worker, "10.0.0.11:1234"),
+        (Worker, "10.0.0.12:1234"),
+        (Worker, "10.0.0.13:1234"),
+    ] {
+        servers.push(
+            ds_sim::zk::SimServer::register_with(
+                zk,
+                root,
+                line,
+                kind,
+                host,
+                &[],
+                started,
+                opts.clone(),
+            )
+            .await?,
+        );
+    }
+    let [m, w1, w2, w3]: [ds_sim::zk::SimServer; 4] = servers
+        .try_into()
+        .map_err(|_| anyhow::anyhow!("four servers expected"))?;
+    Ok((m, [w1, w2, w3]))
+}
+
 /// Removes a test's ZooKeeper tree (the parent of its `.../dolphinscheduler`
 /// root) and its database.
 pub async fn cleanup(db: SimDb, root: &str) -> Result<()> {

@@ -7,7 +7,6 @@
 
 use ds_sim::db::{SimKind, TaskSpec, WorkflowSpec};
 use ds_sim::procs::ExecBase;
-use reaper_core::NodeKind;
 use reaper_e2e::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -18,10 +17,8 @@ async fn a_dead_process_is_process_gone_and_a_live_one_holds_a_lost_worker() -> 
     let db = sim_db(SimKind::MySql, "3.2.2").await?;
     let line = db.line;
     let root = unique_root();
-    let _m = server(&root, line, NodeKind::Master, "10.0.0.1:5678", &[]).await?;
-    let mut w1 = server(&root, line, NodeKind::Worker, "10.0.0.11:1234", &[]).await?;
-    let _w2 = server(&root, line, NodeKind::Worker, "10.0.0.12:1234", &[]).await?;
-    let _w3 = server(&root, line, NodeKind::Worker, "10.0.0.13:1234", &[]).await?;
+    let (_m, [mut w1, _w2, _w3]) =
+        master_and_three_workers(&zk_connect(), &root, line, "10.0.0.1:5678", long_ago()).await?;
     let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
     let on = |host: &str, task_type: &str| {
         let mut t = TaskSpec::new(wf, 1, Some(host));

@@ -189,13 +189,8 @@ async fn chaos_daemon_session_expired() -> Result<()> {
     let zk = pzk.connect_string();
     let db = sim_db(SimKind::MySql, "3.2.2").await?;
     let root = unique_root();
-    let reg = |kind, host: &'static str| {
-        SimServer::register(&zk, &root, db.line, kind, host, &[], started())
-    };
-    let _m = reg(NodeKind::Master, "10.0.0.1:5678").await?;
-    let mut w1 = reg(NodeKind::Worker, "10.0.0.11:1234").await?;
-    let _w2 = reg(NodeKind::Worker, "10.0.0.12:1234").await?;
-    let _w3 = reg(NodeKind::Worker, "10.0.0.13:1234").await?;
+    let (_m, [mut w1, _w2, _w3]) =
+        master_and_three_workers(&zk, &root, db.line, "10.0.0.1:5678", started()).await?;
     let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
     let t1 = task(&db, wf, "10.0.0.11:1234").await?;
     let t2 = task(&db, wf, "10.0.0.12:1234").await?;
@@ -254,13 +249,8 @@ async fn chaos_database_unavailable_then_back() -> Result<()> {
     let url = via_proxy(db.url(), proxy.port);
     let root = unique_root();
     let zk = zk_connect();
-    let reg = |kind, host: &'static str| {
-        SimServer::register(&zk, &root, db.line, kind, host, &[], started())
-    };
-    let _m = reg(NodeKind::Master, "10.0.0.1:5678").await?;
-    let mut w1 = reg(NodeKind::Worker, "10.0.0.11:1234").await?;
-    let _w2 = reg(NodeKind::Worker, "10.0.0.12:1234").await?;
-    let _w3 = reg(NodeKind::Worker, "10.0.0.13:1234").await?;
+    let (_m, [mut w1, _w2, _w3]) =
+        master_and_three_workers(&zk, &root, db.line, "10.0.0.1:5678", started()).await?;
     let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
     let t1 = task(&db, wf, "10.0.0.11:1234").await?;
     let t2 = task(&db, wf, "10.0.0.12:1234").await?;
@@ -308,13 +298,8 @@ async fn chaos_daemon_killed_mid_batch() -> Result<()> {
     let db = sim_db(SimKind::MySql, "3.2.2").await?;
     let root = unique_root();
     let zk = zk_connect();
-    let reg = |kind, host: &'static str| {
-        SimServer::register(&zk, &root, db.line, kind, host, &[], started())
-    };
-    let _m = reg(NodeKind::Master, "10.0.0.1:5678").await?;
-    let mut w1 = reg(NodeKind::Worker, "10.0.0.11:1234").await?;
-    let _w2 = reg(NodeKind::Worker, "10.0.0.12:1234").await?;
-    let _w3 = reg(NodeKind::Worker, "10.0.0.13:1234").await?;
+    let (_m, [mut w1, _w2, _w3]) =
+        master_and_three_workers(&zk, &root, db.line, "10.0.0.1:5678", started()).await?;
     let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
     let (a, b) = db.bulk_fill(wf, 500, RUNNING, "10.0.0.11:1234").await?;
     assert_eq!(b - a + 1, 500);
@@ -500,13 +485,8 @@ async fn chaos_tasks_finishing_while_reaped() -> Result<()> {
     let db = sim_db(SimKind::MySql, "3.2.2").await?;
     let root = unique_root();
     let zk = zk_connect();
-    let reg = |kind, host: &'static str| {
-        SimServer::register(&zk, &root, db.line, kind, host, &[], started())
-    };
-    let _m = reg(NodeKind::Master, "10.0.0.1:5678").await?;
-    let mut w1 = reg(NodeKind::Worker, "10.0.0.11:1234").await?;
-    let _w2 = reg(NodeKind::Worker, "10.0.0.12:1234").await?;
-    let _w3 = reg(NodeKind::Worker, "10.0.0.13:1234").await?;
+    let (_m, [mut w1, _w2, _w3]) =
+        master_and_three_workers(&zk, &root, db.line, "10.0.0.1:5678", started()).await?;
     let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
     let (a, b) = db.bulk_fill(wf, 300, RUNNING, "10.0.0.11:1234").await?;
     let (la, lb) = db.bulk_fill(wf, 100, RUNNING, "10.0.0.12:1234").await?;

@@ -84,10 +84,8 @@ async fn v2_0_fault_tolerance_with_recover() -> anyhow::Result<()> {
     let line = db.line;
     let root = unique_root();
     // The workflow's owner 10.0.0.1 is gone; another master lives.
-    let _m = server(&root, line, NodeKind::Master, "10.0.0.2:5678", &[]).await?;
-    let mut w1 = server(&root, line, NodeKind::Worker, "10.0.0.11:1234", &[]).await?;
-    let _w2 = server(&root, line, NodeKind::Worker, "10.0.0.12:1234", &[]).await?;
-    let _w3 = server(&root, line, NodeKind::Worker, "10.0.0.13:1234", &[]).await?;
+    let (_m, [mut w1, _w2, _w3]) =
+        master_and_three_workers(&zk_connect(), &root, line, "10.0.0.2:5678", long_ago()).await?;
     let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
     let t1 = db
         .insert_task(&TaskSpec::new(wf, 1, Some("10.0.0.11:1234")))

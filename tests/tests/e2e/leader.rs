@@ -15,10 +15,8 @@ async fn two_replicas_one_leader_each_zombie_written_once() -> anyhow::Result<()
     let db = sim_db(SimKind::MySql, "3.2.2").await?;
     let line = db.line;
     let root = unique_root();
-    let _m = server(&root, line, NodeKind::Master, "10.0.0.1:5678", &[]).await?;
-    let mut w1 = server(&root, line, NodeKind::Worker, "10.0.0.11:1234", &[]).await?;
-    let _w2 = server(&root, line, NodeKind::Worker, "10.0.0.12:1234", &[]).await?;
-    let _w3 = server(&root, line, NodeKind::Worker, "10.0.0.13:1234", &[]).await?;
+    let (_m, [mut w1, _w2, _w3]) =
+        master_and_three_workers(&zk_connect(), &root, line, "10.0.0.1:5678", long_ago()).await?;
     let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
     let mut lost_tasks = Vec::new();
     for _ in 0..3 {

@@ -18,10 +18,8 @@ async fn default_report_policy_writes_nothing_and_reports() -> anyhow::Result<()
     let db = sim_db(SimKind::Postgres, "3.1.9").await?;
     let line = db.line;
     let root = unique_root();
-    let _m = server(&root, line, NodeKind::Master, "10.0.0.1:5678", &[]).await?;
-    let mut w1 = server(&root, line, NodeKind::Worker, "10.0.0.11:1234", &[]).await?;
-    let _w2 = server(&root, line, NodeKind::Worker, "10.0.0.12:1234", &[]).await?;
-    let _w3 = server(&root, line, NodeKind::Worker, "10.0.0.13:1234", &[]).await?;
+    let (_m, [mut w1, _w2, _w3]) =
+        master_and_three_workers(&zk_connect(), &root, line, "10.0.0.1:5678", long_ago()).await?;
     let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
     let mut spec = TaskSpec::new(wf, 1, Some("10.0.0.11:1234"));
     spec.name = "extract".into();
@@ -147,10 +145,8 @@ async fn worker_flapping_inside_grace_is_not_a_zombie() -> anyhow::Result<()> {
     let db = sim_db(SimKind::MySql, "3.2.2").await?;
     let line = db.line;
     let root = unique_root();
-    let _m = server(&root, line, NodeKind::Master, "10.0.0.1:5678", &[]).await?;
-    let mut w1 = server(&root, line, NodeKind::Worker, "10.0.0.11:1234", &[]).await?;
-    let _w2 = server(&root, line, NodeKind::Worker, "10.0.0.12:1234", &[]).await?;
-    let _w3 = server(&root, line, NodeKind::Worker, "10.0.0.13:1234", &[]).await?;
+    let (_m, [mut w1, _w2, _w3]) =
+        master_and_three_workers(&zk_connect(), &root, line, "10.0.0.1:5678", long_ago()).await?;
     let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
     let t1 = db
         .insert_task(&TaskSpec::new(wf, 1, Some("10.0.0.11:1234")))
@@ -217,10 +213,8 @@ async fn restarted_worker_tasks_are_worker_restarted() -> anyhow::Result<()> {
     let db = sim_db(SimKind::Postgres, "3.2.2").await?;
     let line = db.line;
     let root = unique_root();
-    let _m = server(&root, line, NodeKind::Master, "10.0.0.1:5678", &[]).await?;
-    let mut w1 = server(&root, line, NodeKind::Worker, "10.0.0.11:1234", &[]).await?;
-    let _w2 = server(&root, line, NodeKind::Worker, "10.0.0.12:1234", &[]).await?;
-    let _w3 = server(&root, line, NodeKind::Worker, "10.0.0.13:1234", &[]).await?;
+    let (_m, [mut w1, _w2, _w3]) =
+        master_and_three_workers(&zk_connect(), &root, line, "10.0.0.1:5678", long_ago()).await?;
     let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
     let t1 = db
         .insert_task(&TaskSpec::new(wf, 1, Some("10.0.0.11:1234")))
