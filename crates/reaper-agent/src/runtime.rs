@@ -291,6 +291,7 @@ async fn scan_loop(
             scan_ms: scan.duration.as_millis().try_into().unwrap_or(u64::MAX),
             exec_base: exec_base.clone(),
             unreadable: scan.unreadable,
+            blind: None,
             tasks: scan.tasks.clone(),
         };
         lock(&shared.status).last_scan = Some(scan);

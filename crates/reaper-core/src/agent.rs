@@ -13,6 +13,20 @@ pub struct AgentTask {
     pub pids: Vec<i32>,
     /// Epoch ms of the task's oldest process.
     pub started_at: i64,
+    /// Each of the task's processes (SPEC §12); older agents send none.
+    #[serde(default)]
+    pub processes: Vec<AgentProcess>,
+}
+
+/// One process of a task as the agent saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentProcess {
+    pub pid: i32,
+    /// Epoch ms when the process started.
+    pub started_at: i64,
+    /// Whether it has a controlling terminal (an operator's shell has one).
+    #[serde(default)]
+    pub tty: bool,
 }
 
 /// The data of `<root>/<agent.path>/<worker>`, rewritten after every scan.
@@ -29,6 +43,10 @@ pub struct AgentReport {
     pub exec_base: String,
     /// Processes the agent was denied: such a scan proves no absence.
     pub unreadable: u64,
+    /// Set while the agent cannot see what it must (SPEC §12: the process
+    /// folder is missing, the worker's JVM is not visible): it proves nothing.
+    #[serde(default)]
+    pub blind: Option<String>,
     pub tasks: Vec<AgentTask>,
 }
 
@@ -60,6 +78,11 @@ impl AgentReport {
     pub fn lists(&self, task_id: i64) -> bool {
         self.tasks.iter().any(|t| t.task_id == task_id)
     }
+
+    /// A report that can prove absence: every process read, not blind.
+    pub fn complete(&self) -> bool {
+        self.unreadable == 0 && self.blind.is_none()
+    }
 }
 
 /// What the daemon knows of one worker's agent, stamped on its own clock.
@@ -81,6 +104,15 @@ pub struct AgentSeen {
     /// listed. The planner finds in it the first report that lacked a task.
     #[serde(default)]
     pub history: std::collections::VecDeque<ReportMark>,
+    /// When the daemon last received a complete report (every process read,
+    /// not blind): the latest proof of absence for what it does not list.
+    #[serde(default)]
+    pub complete_at: Option<Instant>,
+    /// When the agent's node went away; None while it exists. A gone agent is
+    /// never fresh, but its last listings still hold (SPEC §12: an agent
+    /// restart, or its session lost in the blip that dropped the worker).
+    #[serde(default)]
+    pub gone_at: Option<Instant>,
 }
 
 /// One fresh report, as the planner needs it later.
@@ -123,7 +155,13 @@ impl AgentSeen {
             Some(p) if !gap && p.fresh(now, stale_after) => (p.since, p.history.clone()),
             _ => (now, std::collections::VecDeque::new()),
         };
-        if let Some(r) = report.as_ref().filter(|r| r.unreadable == 0) {
+        let complete = report.as_ref().is_some_and(AgentReport::complete);
+        let complete_at = if complete {
+            Some(now)
+        } else {
+            prev.and_then(|p| p.complete_at)
+        };
+        if let Some(r) = report.as_ref().filter(|r| r.complete()) {
             let mut tasks: Vec<i64> = r.tasks.iter().map(|t| t.task_id).collect();
             tasks.sort_unstable();
             tasks.dedup();
@@ -142,7 +180,38 @@ impl AgentSeen {
             since,
             listed_at,
             history,
+            complete_at,
+            gone_at: None,
         }
+    }
+
+    /// The agent's node went away at `now`: kept for its listings' hold.
+    pub fn gone(&self, now: Instant) -> AgentSeen {
+        AgentSeen {
+            gone_at: Some(self.gone_at.unwrap_or(now)),
+            ..self.clone()
+        }
+    }
+
+    /// SPEC §12, seen then gone: when a report of the current freshness
+    /// streak last listed the task, if one did. A listing before the streak
+    /// began (an agent restart, a stale spell, a gap) does not count.
+    pub fn listed_in_streak(&self, task_id: i64) -> Option<Instant> {
+        self.listed_at
+            .get(&task_id)
+            .copied()
+            .filter(|l| *l >= self.since)
+    }
+
+    /// SPEC §12, the hold: a report listed the task within `stale_after`
+    /// (by arrival) and no complete report arrived after that listing —
+    /// positive evidence, whatever the listing report's `unreadable` or
+    /// `blind`, and also after the agent's node went away.
+    pub fn holds(&self, task_id: i64, now: Instant, stale_after: std::time::Duration) -> bool {
+        let Some(listed) = self.listed_at.get(&task_id).copied() else {
+            return false;
+        };
+        now - listed <= crate::delta(stale_after) && self.complete_at.is_none_or(|c| c <= listed)
     }
 }
 
@@ -150,7 +219,8 @@ impl AgentSeen {
     /// Fresh (SPEC §12): the node exists, its last change arrived within
     /// `stale_after`, and that report read every process.
     pub fn fresh(&self, now: Instant, stale_after: std::time::Duration) -> bool {
-        self.report.as_ref().is_some_and(|r| r.unreadable == 0)
+        self.gone_at.is_none()
+            && self.report.as_ref().is_some_and(AgentReport::complete)
             && now - self.received_at <= crate::delta(stale_after)
     }
 }
@@ -190,6 +260,7 @@ mod tests {
             scan_ms: 1,
             exec_base: "/x".into(),
             unreadable: 0,
+            blind: None,
             tasks: vec![],
         };
         let stale = std::time::Duration::from_secs(35);
@@ -206,6 +277,7 @@ mod tests {
         let denied = AgentSeen {
             report: Some(AgentReport {
                 unreadable: 1,
+                blind: None,
                 ..report
             }),
             ..seen.clone()

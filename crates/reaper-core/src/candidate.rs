@@ -22,6 +22,16 @@ pub struct Candidate {
     /// `host` of the owning workflow instance: the master that owns it.
     pub workflow_host: Option<String>,
     pub workflow_state: Option<i32>,
+    /// The row's `execute_path` where the line has the column (1.3, 2.0-3.1)
+    /// and DS wrote one: a task whose path is not under the agent's
+    /// `exec_base` is never judged by its process (SPEC §12).
+    #[serde(default)]
+    pub execute_path: Option<String>,
+    /// For a SUB_PROCESS / SUB_WORKFLOW task: the state of its child workflow
+    /// instance (the line's parent-child relation), when there is one. While
+    /// it is non-terminal the task is never acted on (SPEC §3).
+    #[serde(default)]
+    pub child_workflow_state: Option<i32>,
 }
 
 impl Candidate {
@@ -40,6 +50,8 @@ impl Candidate {
             workflow_instance_id: None,
             workflow_host: None,
             workflow_state: None,
+            execute_path: None,
+            child_workflow_state: None,
         }
     }
 }

@@ -385,6 +385,19 @@ impl DsLine {
         }
         LOGIC_TASK_TYPES.iter().any(|l| l.eq_ignore_ascii_case(t))
     }
+
+    /// A task whose work is a child workflow instance (SPEC §3).
+    pub fn is_sub_process_task(self, task_type: &str) -> bool {
+        let t = task_type.trim();
+        t.eq_ignore_ascii_case("SUB_PROCESS") || t.eq_ignore_ascii_case("SUB_WORKFLOW")
+    }
+
+    /// 1.3-3.2: DS's master failover reads the dead master's workflows once
+    /// and later writes each one unconditionally (SPEC §13); 3.3's update is
+    /// conditional, and 1.2's failover is not guarded by ds-reaper.
+    pub fn failover_writes_unconditionally(self) -> bool {
+        !matches!(self, DsLine::V1_2 | DsLine::V3_3)
+    }
 }
 
 impl fmt::Display for DsLine {

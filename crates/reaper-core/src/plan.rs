@@ -50,7 +50,16 @@ pub enum Blocked {
     /// A fresh agent lists the task's process (SPEC §12): never acted on for
     /// a lost, restarted or stale worker while it runs.
     ProcessAlive,
+    /// A SUB_PROCESS task whose child workflow instance is not finished
+    /// (SPEC §3): the child is the task's process.
+    ChildWorkflowRunning,
 }
+
+/// The note of a SUB_PROCESS task whose child workflow still runs.
+pub const CHILD_WORKFLOW_RUNNING: &str = "child_workflow_running";
+
+/// The note of a recover skipped while DS fails the owning master over.
+pub const DS_FAILOVER_IN_PROGRESS: &str = "ds_failover_in_progress";
 
 impl Blocked {
     pub fn describe(&self) -> String {
@@ -62,6 +71,7 @@ impl Blocked {
             Blocked::RateLimit => "rate limit (rate.per_minute) reached".into(),
             Blocked::Unwritable => "the action's state code does not exist on this DS line".into(),
             Blocked::ProcessAlive => PROCESS_ALIVE.into(),
+            Blocked::ChildWorkflowRunning => CHILD_WORKFLOW_RUNNING.into(),
         }
     }
 }
@@ -343,21 +353,21 @@ fn judge(
     if reason != Reason::ProcessGone {
         missing.remove(&c.id);
     }
-    let agent = c
-        .host
-        .as_deref()
-        .and_then(|h| agent_of(view, h))
-        .filter(|a| a.fresh(now, policy.agent_stale_after));
-    if let Some(a) = c.host.as_deref().and_then(|h| agent_of(view, h)) {
+    let agent = c.host.as_deref().and_then(|h| agent_of(view, h));
+    if let Some(a) = agent {
         evidence.process_seen_at = a.listed_at.get(&c.id).copied();
     }
-    // SPEC §12: while a fresh agent lists the process, the task runs.
+    // SPEC §12: a recent listing is positive evidence that the process runs,
+    // whatever became of the agent or its worker since.
     let process_alive = policy.hold_while_process_alive
         && matches!(
             reason,
             Reason::WorkerLost | Reason::WorkerRestarted | Reason::HeartbeatStale
         )
-        && agent.is_some_and(|a| a.report.as_ref().is_some_and(|r| r.lists(c.id)));
+        && agent.is_some_and(|a| a.holds(c.id, now, policy.agent_stale_after));
+    let child_running = policy.line.is_sub_process_task(&c.task_type)
+        && c.child_workflow_state
+            .is_some_and(|s| policy.line.workflow_non_terminal_states().contains(&s));
 
     let (owner_master, owner_master_alive) = owner_master(view, c);
 
@@ -377,11 +387,18 @@ fn judge(
             Disposition::Report
         }
         Some(code) if !policy.line.can_write(code) => Disposition::Blocked(Blocked::Unwritable),
+        Some(_) if child_running => Disposition::Blocked(Blocked::ChildWorkflowRunning),
         Some(_) if process_alive => Disposition::Blocked(Blocked::ProcessAlive),
         Some(_) => Disposition::Act,
     };
     if process_alive {
         note = Some(PROCESS_ALIVE.to_string());
+    }
+    if child_running {
+        // DS's recovery would set the running child back to RUNNING and
+        // queue it again: no follow-up either.
+        note = Some(CHILD_WORKFLOW_RUNNING.to_string());
+        workflow = FollowUp::None;
     }
 
     if workflow != FollowUp::None && c.workflow_instance_id.is_none() {
@@ -393,6 +410,15 @@ fn judge(
             policy.line,
             owner_master.as_deref().unwrap_or_default(),
         ));
+        workflow = FollowUp::None;
+    }
+    if workflow == FollowUp::Recover
+        && policy.line.failover_writes_unconditionally()
+        && owner_master
+            .as_deref()
+            .is_some_and(|m| view.ds_failover_in_progress(m, now, policy.startup_settle))
+    {
+        note = Some(DS_FAILOVER_IN_PROGRESS.to_string());
         workflow = FollowUp::None;
     }
 
@@ -420,13 +446,15 @@ fn agent_of<'a>(view: &'a RegistryView, raw_host: &str) -> Option<&'a crate::age
     view.agents.get(name.as_ref())
 }
 
-/// SPEC §12 `process_gone` for a task on a live worker: a RUNNING task with
-/// a process of its own, whose worker's fresh agent has lacked it for
-/// `process_gone_after`. The task's missing clock starts at the arrival of
-/// the first fresh report lacking it whose scan began after the task started
-/// (+ skew), found in the agent's recent reports; it is kept in `missing`
-/// across sweeps and restarts when a report lists the task again or the
-/// agent's freshness had a gap.
+/// SPEC §12 `process_gone` for a task on a live worker: seen, then gone. A
+/// RUNNING task with a process of its own, which a report of its worker's
+/// fresh agent listed in the current freshness streak, and which every
+/// complete report since has lacked for `process_gone_after`. DS writes
+/// RUNNING before the process exists (the worker acks, then queues the task,
+/// creates the tenant, downloads resources), so a task never listed is never
+/// missing. The clock starts at the arrival of the first complete report after
+/// the last listing; it is kept in `missing` across sweeps and restarts when a
+/// report lists the task again or the agent's freshness has a gap.
 fn process_gone(
     view: &RegistryView,
     raw_host: &str,
@@ -438,32 +466,34 @@ fn process_gone(
 ) -> bool {
     let running = policy.line.state_code("RUNNING_EXECUTION") == Some(c.state);
     let agent = agent_of(view, raw_host).filter(|a| a.fresh(now, policy.agent_stale_after));
-    let (Some(agent), true, Some(start)) = (
-        agent,
-        running && policy.has_process(&c.task_type),
-        c.start_time,
-    ) else {
+    let judged = |a: &crate::agent::AgentSeen| {
+        running
+            && policy.has_process(&c.task_type)
+            && a.report
+                .as_ref()
+                .is_some_and(|r| under_exec_base(c.execute_path.as_deref(), &r.exec_base))
+    };
+    let Some(agent) = agent.filter(|a| judged(a)) else {
         missing.remove(&c.id);
         return false;
     };
-    if agent.report.as_ref().is_some_and(|r| r.lists(c.id)) {
-        missing.remove(&c.id);
-        return false;
-    }
-    let after = (start + delta(policy.clock_skew_tolerance)).timestamp_millis();
-    let mut first = None;
-    for mark in &agent.history {
-        if mark.tasks.binary_search(&c.id).is_ok() {
-            first = None;
-        } else if first.is_none() && mark.scan_started_at > after {
-            first = Some(mark.received_at);
+    let listed = match agent.listed_in_streak(c.id) {
+        Some(l) if !agent.report.as_ref().is_some_and(|r| r.lists(c.id)) => l,
+        _ => {
+            missing.remove(&c.id);
+            return false;
         }
-    }
-    let listed_later = |m: Instant| agent.listed_at.get(&c.id).is_some_and(|l| *l > m);
-    let kept = missing
-        .get(&c.id)
-        .copied()
-        .filter(|m| *m >= agent.since && !listed_later(*m));
+    };
+    // The first complete report after the listing; the history may have
+    // rolled past it, and the latest complete report is then a later (safe)
+    // start.
+    let first = agent
+        .history
+        .iter()
+        .map(|m| m.received_at)
+        .find(|at| *at > listed)
+        .or(agent.complete_at.filter(|at| *at > listed));
+    let kept = missing.get(&c.id).copied().filter(|m| *m > listed);
     let since = match (kept, first) {
         (Some(k), Some(f)) => k.min(f),
         (k, f) => match k.or(f) {
@@ -477,6 +507,22 @@ fn process_gone(
     missing.insert(c.id, since);
     evidence.process_missing_since = Some(since);
     now - since >= delta(policy.process_gone_after)
+}
+
+/// SPEC §12: a row's `execute_path` outside the agent's `exec_base` is never
+/// judged by its process (the agent does not look there). No path: judged.
+fn under_exec_base(execute_path: Option<&str>, exec_base: &str) -> bool {
+    let Some(path) = execute_path.map(str::trim).filter(|p| !p.is_empty()) else {
+        return true;
+    };
+    let base = exec_base.trim().trim_end_matches('/');
+    if base.is_empty() {
+        return false;
+    }
+    path == base
+        || path
+            .strip_prefix(base)
+            .is_some_and(|rest| rest.starts_with('/'))
 }
 
 /// The owning master of a task's workflow (its `host`, None when

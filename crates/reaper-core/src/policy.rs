@@ -233,6 +233,15 @@ impl Policy {
     /// Whether a task type runs a process of its own on the worker host.
     pub fn has_process(&self, task_type: &str) -> bool {
         let t = task_type.trim();
+        // 1.2/1.3 workers poll YARN after the submitting process exits: the
+        // task stays RUNNING with no process while its application runs.
+        if matches!(self.line, crate::DsLine::V1_2 | crate::DsLine::V1_3)
+            && ["SPARK", "FLINK", "MR"]
+                .iter()
+                .any(|y| y.eq_ignore_ascii_case(t))
+        {
+            return false;
+        }
         match &self.process_task_types {
             Some(list) => list.iter().any(|x| x.trim().eq_ignore_ascii_case(t)),
             None => crate::line::COMMAND_TASK_TYPES

@@ -103,6 +103,44 @@ pub struct RegistryView {
     /// Worker-host agents (SPEC §12) by the worker's normalised node name.
     #[serde(default)]
     pub agents: HashMap<String, crate::agent::AgentSeen>,
+    /// DS's own master-failover locks (SPEC §13), read never taken, by the
+    /// normalised host of the master being failed over; [`ANY_MASTER`] for
+    /// 1.3's single lock, which covers every master.
+    #[serde(default)]
+    pub failover_locks: HashMap<String, FailoverLock>,
+}
+
+/// The key of a failover lock that names no master (1.3's
+/// `<root>/lock/failover/masters`): while held, any master may be in failover.
+pub const ANY_MASTER: &str = "*";
+
+/// One DS failover lock as the registry shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailoverLock {
+    /// Holders and waiters (Curator's lock children, etcd's lock keys, the
+    /// JDBC registry's lock rows): any at all means a failover pass may run.
+    pub holders: usize,
+    /// When the daemon saw the holders drop to none (its own clock).
+    pub released_at: Option<Instant>,
+}
+
+impl FailoverLock {
+    /// The lock's state seen at `now` with `holders`, after `prev`.
+    pub fn observed(prev: Option<FailoverLock>, holders: usize, now: Instant) -> FailoverLock {
+        let released_at = if holders > 0 {
+            None
+        } else {
+            match prev {
+                Some(p) if p.holders == 0 => p.released_at,
+                Some(_) => Some(now),
+                None => None,
+            }
+        };
+        FailoverLock {
+            holders,
+            released_at,
+        }
+    }
 }
 
 impl RegistryView {
@@ -119,7 +157,43 @@ impl RegistryView {
             worker_aliases: HashMap::new(),
             master_aliases: HashMap::new(),
             agents: HashMap::new(),
+            failover_locks: HashMap::new(),
         }
+    }
+
+    /// SPEC §13: DS is failing over `master` right now (its lock, or 1.3's
+    /// global one, has holders) or released the lock less than `settle` ago.
+    /// A lock the daemon saw released only as gone (no entry) is not held.
+    pub fn ds_failover_in_progress(
+        &self,
+        master: &str,
+        now: Instant,
+        settle: std::time::Duration,
+    ) -> bool {
+        let h = host::normalize(master);
+        [h.as_ref(), ANY_MASTER]
+            .iter()
+            .filter_map(|k| self.failover_locks.get(*k))
+            .any(|l| {
+                l.holders > 0
+                    || l.released_at
+                        .is_some_and(|r| now - r < crate::delta(settle))
+            })
+    }
+
+    /// Records what a listing of one failover lock showed.
+    pub fn observe_failover_lock(&mut self, master: &str, holders: usize, now: Instant) {
+        let key = if master == ANY_MASTER {
+            ANY_MASTER.to_string()
+        } else {
+            host::normalize(master).into_owned()
+        };
+        let prev = self.failover_locks.get(&key).copied();
+        if prev.is_none() && holders == 0 {
+            return;
+        }
+        self.failover_locks
+            .insert(key, FailoverLock::observed(prev, holders, now));
     }
 
     pub fn valid_since(&self) -> Option<Instant> {
@@ -218,6 +292,9 @@ impl RegistryView {
             lost.retain(|_, t| *t >= cutoff);
             aliases.retain(|_, name| live.contains_key(name) || lost.contains_key(name));
         }
+        // A gone agent's listings stop mattering once they are this old.
+        self.agents
+            .retain(|_, a| a.gone_at.is_none() || now - a.received_at <= crate::agent::LISTED_KEEP);
     }
 
     /// Restarts every absence clock at `at` (SPEC §4.1: after a gap in sight,
@@ -296,6 +373,29 @@ mod tests {
     fn an_address_equal_to_the_name_adds_no_alias() {
         let n = NodeInfo::new("10.0.0.1:1234", t(0)).with_address(Some("10.0.0.1:1234"));
         assert_eq!(n.address, None);
+    }
+
+    #[test]
+    fn ds_failover_lock_held_then_settling_then_clear() {
+        let settle = std::time::Duration::from_secs(30);
+        let mut v = RegistryView::invalid(t(0), "x");
+        assert!(!v.ds_failover_in_progress("10.0.0.5:5678", t(0), settle));
+        v.observe_failover_lock("10.0.0.5:5678", 0, t(0));
+        assert!(
+            v.failover_locks.is_empty(),
+            "an unheld lock never seen held is not tracked"
+        );
+        v.observe_failover_lock(" 10.0.0.5:5678", 1, t(1));
+        assert!(v.ds_failover_in_progress("10.0.0.5:5678", t(2), settle));
+        assert!(!v.ds_failover_in_progress("10.0.0.6:5678", t(2), settle));
+        v.observe_failover_lock("10.0.0.5:5678", 0, t(10));
+        assert!(v.ds_failover_in_progress("10.0.0.5:5678", t(39), settle));
+        v.observe_failover_lock("10.0.0.5:5678", 0, t(20));
+        assert_eq!(v.failover_locks["10.0.0.5:5678"].released_at, Some(t(10)));
+        assert!(!v.ds_failover_in_progress("10.0.0.5:5678", t(40), settle));
+        // 1.3's single lock covers every master
+        v.observe_failover_lock(ANY_MASTER, 2, t(50));
+        assert!(v.ds_failover_in_progress("10.0.0.6:5678", t(50), settle));
     }
 
     #[test]

@@ -254,6 +254,7 @@ fn report(worker: &str, seq: u64) -> AgentReport {
         scan_ms: 2,
         exec_base: "/tmp/dolphinscheduler".into(),
         unreadable: 0,
+        blind: None,
         tasks: vec![],
     }
 }

@@ -115,6 +115,8 @@ fn decode<D: Dialect>(line: DsLine, zone: Zone, r: &RowOf<D>) -> Result<TaskRow,
         workflow_instance_id: D::int(r, 10)?,
         workflow_host: D::text(r, 12)?,
         workflow_state: D::int(r, 13)?.map(|s| s as i32),
+        execute_path: None,
+        child_workflow_state: None,
     };
     let flag = D::int(r, 11)?;
     Ok(TaskRow {

@@ -580,6 +580,7 @@ async fn agents_are_read_into_the_view() {
             scan_ms: 2,
             exec_base: "/tmp/ds".into(),
             unreadable: 0,
+            blind: None,
             tasks: tasks
                 .iter()
                 .map(|&task_id| reaper_core::agent::AgentTask {
@@ -587,6 +588,7 @@ async fn agents_are_read_into_the_view() {
                     workflow_instance_id: 1,
                     pids: vec![42],
                     started_at: 0,
+                    processes: vec![],
                 })
                 .collect(),
         }

@@ -80,6 +80,7 @@ fn disposition(d: &Disposition) -> String {
                 Blocked::RateLimit => "rate_limit",
                 Blocked::Unwritable => "unwritable",
                 Blocked::ProcessAlive => "process_alive",
+                Blocked::ChildWorkflowRunning => "child_workflow_running",
             }
         ),
     }

@@ -124,6 +124,7 @@ fn report(worker: &str, seq: u64, tasks: &[(i64, i64)]) -> Vec<u8> {
         scan_ms: 3,
         exec_base: "/tmp/ds-exec".into(),
         unreadable: 0,
+        blind: None,
         tasks: tasks
             .iter()
             .map(|&(task_id, workflow_instance_id)| AgentTask {
@@ -131,6 +132,7 @@ fn report(worker: &str, seq: u64, tasks: &[(i64, i64)]) -> Vec<u8> {
                 workflow_instance_id,
                 pids: vec![4242],
                 started_at: now - 60_000,
+                processes: vec![],
             })
             .collect(),
     }

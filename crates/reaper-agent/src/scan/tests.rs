@@ -55,6 +55,7 @@ fn task(task_id: i64, wf: i64, pids: &[i32], started_at: i64) -> AgentTask {
         workflow_instance_id: wf,
         pids: pids.to_vec(),
         started_at,
+        processes: vec![],
     }
 }
 

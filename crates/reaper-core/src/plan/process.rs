@@ -47,6 +47,7 @@ fn report(scan_started: i64, tasks: &[i64], unreadable: u64) -> AgentReport {
         scan_ms: 5,
         exec_base: "/tmp/ds".into(),
         unreadable,
+        blind: None,
         tasks: tasks
             .iter()
             .map(|&id| AgentTask {
@@ -54,6 +55,7 @@ fn report(scan_started: i64, tasks: &[i64], unreadable: u64) -> AgentReport {
                 workflow_instance_id: 9,
                 pids: vec![100],
                 started_at: t(0).timestamp_millis(),
+                processes: vec![],
             })
             .collect(),
     }
@@ -146,25 +148,31 @@ fn a_report_listing_the_task_again_or_a_gap_restarts_the_clock() {
     let pl = s.at(&v, &c, 110);
     assert_eq!(pl.zombies[0].reason, Reason::ProcessGone);
     assert_eq!(pl.zombies[0].evidence.process_missing_since, Some(t(50)));
-    // a stale spell: the next report restarts the agent's freshness
+    // a stale spell: the next report restarts the agent's freshness, and a
+    // listing before it no longer counts (seen, then gone, in one streak)
     let mut v2 = view();
     let mut s2 = Sweeper::new();
+    send(&mut v2, 20, &[1], 0);
     send(&mut v2, 30, &[], 0);
     s2.at(&v2, &c, 30);
     send(&mut v2, 80, &[], 0); // 50 s after the previous: stale in between
-    send(&mut v2, 95, &[], 0);
-    assert!(
-        s2.at(&v2, &c, 95).zombies.is_empty(),
-        "clock restarted at 80"
-    );
-    for at in [105, 115, 125, 135] {
+    for at in (90..=300).step_by(10) {
         send(&mut v2, at, &[], 0);
+        assert!(
+            s2.at(&v2, &c, at).zombies.is_empty(),
+            "listed only before the streak that began at 80 (at {at})"
+        );
     }
-    assert!(s2.at(&v2, &c, 139).zombies.is_empty());
-    // 140 - 80 = 60
-    let pl = s2.at(&v2, &c, 140);
+    send(&mut v2, 310, &[1], 0);
+    for at in (320..=370).step_by(10) {
+        send(&mut v2, at, &[], 0);
+        assert!(s2.at(&v2, &c, at).zombies.is_empty(), "at {at}");
+    }
+    send(&mut v2, 380, &[], 0);
+    // 380 - 320 = 60
+    let pl = s2.at(&v2, &c, 380);
     assert_eq!(pl.zombies[0].reason, Reason::ProcessGone);
-    assert_eq!(pl.zombies[0].evidence.process_missing_since, Some(t(80)));
+    assert_eq!(pl.zombies[0].evidence.process_missing_since, Some(t(320)));
 }
 
 #[test]
@@ -229,6 +237,7 @@ fn only_running_tasks_with_a_process_of_their_own_are_judged() {
         q
     }];
     let mut last = None;
+    send(&mut v, 20, &[1, 4], 0);
     for at in (30..=100).step_by(10) {
         send(&mut v, at, &[], 0);
         last = Some(s.at(&v, &c, at));
@@ -264,4 +273,233 @@ fn a_lost_worker_whose_agent_lists_the_process_is_held() {
     let mut s = Sweeper::new();
     send(&mut v, 200, &[1], 0);
     assert_eq!(s.at(&v, &c, 300).action_count(), 1);
+}
+
+/// The agent of w1 sends a report at `at`, as `send`, blind or not.
+fn send_blind(v: &mut RegistryView, at: i64, tasks: &[i64], blind: Option<&str>) {
+    let prev = v.agents.get("w1:1234").cloned();
+    let mut r = report(at - 1, tasks, 0);
+    r.blind = blind.map(str::to_string);
+    let seen = AgentSeen::received(prev.as_ref(), Some(r), t(at), false, STALE);
+    v.agents.insert("w1:1234".into(), seen);
+}
+
+#[test]
+fn a_task_the_agent_never_listed_is_never_process_gone() {
+    // DS writes RUNNING before the process exists: a task downloading a large
+    // jar for minutes has no process yet, and a fresh agent lacks it.
+    let mut v = view();
+    let c = [shell(1, 10)];
+    let mut s = Sweeper::new();
+    for at in (20..=600).step_by(10) {
+        send(&mut v, at, &[], 0);
+        assert!(s.at(&v, &c, at).zombies.is_empty(), "at {at}");
+    }
+    assert!(s.state.missing_since.is_empty());
+    // once listed, then gone, the clock runs from the first report after
+    send(&mut v, 610, &[1], 0);
+    for at in (620..=670).step_by(10) {
+        send(&mut v, at, &[], 0);
+        assert!(s.at(&v, &c, at).zombies.is_empty(), "at {at}");
+    }
+    send(&mut v, 680, &[], 0);
+    let pl = s.at(&v, &c, 680);
+    assert_eq!(pl.zombies[0].reason, Reason::ProcessGone);
+    assert_eq!(pl.zombies[0].evidence.process_missing_since, Some(t(620)));
+    assert_eq!(pl.zombies[0].evidence.process_seen_at, Some(t(610)));
+}
+
+#[test]
+fn an_agent_restart_needs_a_new_listing_before_absence() {
+    let mut v = view();
+    let c = [shell(1, 10)];
+    let mut s = Sweeper::new();
+    send(&mut v, 20, &[1], 0);
+    // the agent restarts: its node goes, a new one comes
+    let gone = v.agents["w1:1234"].gone(t(25));
+    v.agents.insert("w1:1234".into(), gone);
+    for at in (30..=400).step_by(10) {
+        send(&mut v, at, &[], 0);
+        assert!(s.at(&v, &c, at).zombies.is_empty(), "at {at}");
+    }
+}
+
+#[test]
+fn yarn_task_types_on_1_2_and_1_3_are_not_judged_by_their_process() {
+    for (line, judged) in [
+        (DsLine::V1_2, false),
+        (DsLine::V1_3, false),
+        (DsLine::V3_2, true),
+    ] {
+        let mut v = view();
+        let mut s = Sweeper::new();
+        s.p.line = line;
+        let mut c = shell(1, 10);
+        c.task_type = "SPARK".into();
+        let c = [c];
+        send(&mut v, 20, &[1], 0);
+        let mut found = false;
+        for at in (30..=200).step_by(10) {
+            send(&mut v, at, &[], 0);
+            found |= !s.at(&v, &c, at).zombies.is_empty();
+        }
+        assert_eq!(found, judged, "{line}");
+    }
+}
+
+#[test]
+fn an_execute_path_outside_the_agents_exec_base_is_not_judged_by_its_process() {
+    let run = |path: Option<&str>| {
+        let mut v = view();
+        let mut s = Sweeper::new();
+        let mut c = shell(1, 10);
+        c.execute_path = path.map(str::to_string);
+        let c = [c];
+        send(&mut v, 20, &[1], 0);
+        let mut found = false;
+        for at in (30..=200).step_by(10) {
+            send(&mut v, at, &[], 0);
+            found |= !s.at(&v, &c, at).zombies.is_empty();
+        }
+        found
+    };
+    // the agent's exec_base is /tmp/ds
+    assert!(run(None));
+    assert!(run(Some("")));
+    assert!(run(Some("/tmp/ds/exec/process/1/2/3/1")));
+    assert!(!run(Some("/data/ds/exec/process/1/2/3/1")));
+    assert!(!run(Some("/tmp/ds2/exec/process/1/2/3/1")));
+}
+
+#[test]
+fn the_hold_rests_on_the_last_listing_whatever_came_after() {
+    let c = [shell(1, 10)];
+    let lost = || {
+        let mut v = view();
+        v.remove(NodeKind::Worker, "w1:1234", t(100));
+        v
+    };
+    let held = |pl: &Plan| {
+        pl.zombies[0].disposition == Disposition::Blocked(Blocked::ProcessAlive)
+            && pl.action_count() == 0
+    };
+    // a listing in a report with an unreadable process still holds
+    let mut v = lost();
+    let mut s = Sweeper::new();
+    send(&mut v, 170, &[1], 1);
+    assert!(held(&s.at(&v, &c, 171)));
+    // ... and so does one after which the agent saw only unreadable scans
+    send(&mut v, 180, &[], 1);
+    assert!(held(&s.at(&v, &c, 181)));
+    // a blind report listing it holds; a blind report lacking it releases nothing
+    let mut v = lost();
+    let mut s = Sweeper::new();
+    send_blind(&mut v, 170, &[1], Some("worker pid 77 not visible"));
+    send_blind(&mut v, 180, &[], Some("worker pid 77 not visible"));
+    assert!(held(&s.at(&v, &c, 181)));
+    // the agent's node went away (its session lost in the same blip)
+    let mut v = lost();
+    let mut s = Sweeper::new();
+    send(&mut v, 170, &[1], 0);
+    let gone = v.agents["w1:1234"].gone(t(172));
+    v.agents.insert("w1:1234".into(), gone);
+    assert!(held(&s.at(&v, &c, 200)));
+    assert!(
+        held(&s.at(&v, &c, 205)),
+        "35 s after the listing: still held"
+    );
+    let pl = s.at(&v, &c, 206);
+    assert_eq!(
+        pl.action_count(),
+        1,
+        "the listing is older than agent_stale_after"
+    );
+    assert_eq!(pl.zombies[0].note, None);
+    // a complete report after the listing that lacks it releases at once
+    let mut v = lost();
+    let mut s = Sweeper::new();
+    send(&mut v, 170, &[1], 1);
+    send(&mut v, 175, &[], 0);
+    assert_eq!(s.at(&v, &c, 176).action_count(), 1);
+}
+
+#[test]
+fn a_sub_process_task_follows_its_child_workflow() {
+    let mut p = policy();
+    p.master_lost = Action::Fail;
+    p.workflow = FollowUp::Recover;
+    let mut v = view();
+    v.remove(NodeKind::Master, "m1:5678", t(1));
+    let mut c = Candidate::new(5, "SUB_PROCESS", 1, Some("m1:5678"));
+    c.submit_time = Some(t(0));
+    c.workflow_instance_id = Some(9);
+    c.workflow_host = Some("m1:5678".into());
+    for (child, acted) in [
+        (Some(1), false),
+        (Some(12), false),
+        (Some(7), true),
+        (None, true),
+    ] {
+        c.child_workflow_state = child;
+        let pl = plan(&v, &[c.clone()], t(1000), &p, &SafetyState::default());
+        let z = &pl.zombies[0];
+        assert_eq!(z.reason, Reason::MasterLost);
+        assert_eq!(pl.action_count() == 1, acted, "child state {child:?}");
+        if !acted {
+            assert_eq!(
+                z.disposition,
+                Disposition::Blocked(Blocked::ChildWorkflowRunning)
+            );
+            assert_eq!(z.note.as_deref(), Some(CHILD_WORKFLOW_RUNNING));
+            assert_eq!(z.workflow, FollowUp::None);
+        } else {
+            assert_eq!(z.workflow, FollowUp::Recover);
+        }
+    }
+    // SUB_WORKFLOW on 3.3 likewise
+    p.line = DsLine::V3_3;
+    c.task_type = "SUB_WORKFLOW".into();
+    c.child_workflow_state = Some(1);
+    let pl = plan(&v, &[c], t(1000), &p, &SafetyState::default());
+    assert_eq!(pl.action_count(), 0);
+}
+
+#[test]
+fn no_recover_while_ds_fails_the_owning_master_over() {
+    let mut p = policy();
+    p.workflow = FollowUp::Recover;
+    p.startup_settle = Duration::from_secs(30);
+    let mut v = view();
+    v.state = ViewState::Valid { since: t(-1000) };
+    v.remove(NodeKind::Worker, "w1:1234", t(100));
+    v.remove(NodeKind::Master, "m1:5678", t(100));
+    let c = [shell(1, 10)];
+    let recover = |v: &RegistryView, p: &Policy, now: i64| {
+        let pl = plan(v, &c, t(now), p, &SafetyState::default());
+        (pl.zombies[0].workflow, pl.zombies[0].note.clone())
+    };
+    assert_eq!(recover(&v, &p, 500).0, FollowUp::Recover);
+    v.observe_failover_lock("m1:5678", 1, t(400));
+    assert_eq!(
+        recover(&v, &p, 500),
+        (FollowUp::None, Some(DS_FAILOVER_IN_PROGRESS.to_string()))
+    );
+    v.observe_failover_lock("m1:5678", 0, t(510));
+    assert_eq!(
+        recover(&v, &p, 539).0,
+        FollowUp::None,
+        "settling after release"
+    );
+    assert_eq!(recover(&v, &p, 540).0, FollowUp::Recover);
+    // another master's failover is not this workflow's
+    v.observe_failover_lock("m9:5678", 1, t(600));
+    assert_eq!(recover(&v, &p, 600).0, FollowUp::Recover);
+    // 1.3's one lock covers every master
+    p.line = DsLine::V1_3;
+    v.observe_failover_lock(crate::view::ANY_MASTER, 1, t(600));
+    assert_eq!(recover(&v, &p, 600).0, FollowUp::None);
+    // 3.3's own update is conditional: no guard
+    p.line = DsLine::V3_3;
+    v.observe_failover_lock("m1:5678", 1, t(600));
+    assert_eq!(recover(&v, &p, 600).0, FollowUp::Recover);
 }

@@ -298,11 +298,11 @@ impl Membership {
         self.leaves.clear();
         self.by_host.clear();
         self.legacy_dir_seen = listing.legacy_dir;
-        let old_agents = std::mem::take(&mut self.view.agents);
+        let mut old_agents = std::mem::take(&mut self.view.agents);
         for node in listing.nodes {
             if let Some(worker) = self.agent_worker(&node.path) {
-                if let Some(prev) = old_agents.get(&worker) {
-                    self.view.agents.insert(worker.clone(), prev.clone());
+                if let Some(prev) = old_agents.remove(&worker) {
+                    self.view.agents.insert(worker.clone(), prev);
                 }
                 self.agent_report(worker, &node.data, now, after_gap, &mut changes);
                 continue;
@@ -326,6 +326,13 @@ impl Membership {
                 .insert(node.path.clone());
             changes.read.push(node.path.clone());
             self.leaves.insert(node.path, leaf);
+        }
+        // Agents whose node is gone keep their last listings for the hold
+        // (SPEC §12) until those are too old to matter.
+        for (worker, prev) in old_agents {
+            if now - prev.received_at <= crate::agent::LISTED_KEEP {
+                self.view.agents.insert(worker, prev.gone(now));
+            }
         }
         // Hosts that went while the view was not watching are lost as of now.
         for (kind, host) in old_seen.keys() {
@@ -370,7 +377,10 @@ impl Membership {
             if let Some(worker) = agent_path {
                 match ev {
                     NodeEvent::Deleted { .. } => {
-                        self.view.agents.remove(&worker);
+                        // Not fresh any more, but what it listed still holds.
+                        if let Some(a) = self.view.agents.get_mut(&worker) {
+                            *a = a.gone(now);
+                        }
                     }
                     NodeEvent::Present { data, .. } | NodeEvent::DataChanged { data, .. } => {
                         self.agent_report(worker, &data, now, false, &mut changes)

@@ -681,6 +681,7 @@ fn agent_json(worker: &str, tasks: &[i64], unreadable: u64) -> Vec<u8> {
         scan_ms: 3,
         exec_base: "/tmp/ds".into(),
         unreadable,
+        blind: None,
         tasks: tasks
             .iter()
             .map(|&task_id| crate::agent::AgentTask {
@@ -688,6 +689,7 @@ fn agent_json(worker: &str, tasks: &[i64], unreadable: u64) -> Vec<u8> {
                 workflow_instance_id: 1,
                 pids: vec![10],
                 started_at: 0,
+                processes: vec![],
             })
             .collect(),
     }
@@ -748,7 +750,10 @@ fn agents_are_kept_from_listings_and_events_on_the_daemons_clock() {
         }],
         t(13),
     );
-    assert!(!m.view().agents.contains_key("w2:1234"));
+    // kept for the hold of its last listings, never fresh again
+    let gone = &m.view().agents["w2:1234"];
+    assert_eq!(gone.gone_at, Some(t(13)));
+    assert!(!gone.fresh(t(13), std::time::Duration::from_secs(60)));
 }
 
 #[test]
@@ -772,5 +777,10 @@ fn a_gap_restarts_an_agents_freshness() {
     // gone during a gap: gone after the listing
     m.invalidate(Gap::Session, "expired", t(9));
     m.apply_listing(listing(vec![]), t(10));
+    let a = &m.view().agents["w1:1234"];
+    assert_eq!(a.gone_at, Some(t(10)));
+    assert!(!a.fresh(t(10), std::time::Duration::from_secs(60)));
+    // a gone agent's listings are forgotten once too old to matter
+    m.prune_lost(t(10) + crate::agent::LISTED_KEEP + chrono::TimeDelta::seconds(1));
     assert!(m.view().agents.is_empty());
 }
