@@ -784,3 +784,6 @@ fn a_gap_restarts_an_agents_freshness() {
     m.prune_lost(t(10) + crate::agent::LISTED_KEEP + chrono::TimeDelta::seconds(1));
     assert!(m.view().agents.is_empty());
 }
+
+#[path = "agent_props.rs"]
+mod agent_props;
