@@ -35,7 +35,7 @@
 
 use crate::db::{schema_dir, server_url, SchemaSource, SimDb, SimKind, SimPool};
 use crate::schema::{self, Release};
-use crate::zk::{encode_heartbeat_for, node_paths, SIM_PID};
+use crate::zk::{encode_heartbeat_for, node_paths, sim_pid};
 use anyhow::{bail, Context, Result};
 use chrono::{NaiveDateTime, Utc};
 use reaper_core::{DsLine, NodeKind, Zone};
@@ -897,8 +897,12 @@ impl Server {
                 .host
                 .rsplit_once(':')
                 .map_or(self.host.as_str(), |(ip, _)| ip);
-            db.register_client(id, &format!("{ip}_{SIM_PID}"), self.opts.session_timeout)
-                .await?;
+            db.register_client(
+                id,
+                &format!("{ip}_{}", sim_pid()),
+                self.opts.session_timeout,
+            )
+            .await?;
             self.client.store(id, Ordering::Relaxed);
         }
         let data = self.data().unwrap_or_else(|| {
@@ -1179,7 +1183,7 @@ impl SimJdbcFleet {
             let data = encode_heartbeat_for(line, h, startup_time, Utc::now(), opts.zone);
             let client = if tables == Tables::Client33 {
                 let c = client_code();
-                rdb.register_client(c, &format!("{h}_{SIM_PID}"), opts.session_timeout)
+                rdb.register_client(c, &format!("{h}_{}", sim_pid()), opts.session_timeout)
                     .await?;
                 c
             } else {

@@ -14,8 +14,12 @@ use zookeeper_client as zk;
 pub use reaper_core::NodeKind as ServerKind;
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
-/// The process id written into heartbeats (as in the reference examples).
-pub const SIM_PID: u32 = 12345;
+/// The process id written into heartbeats: the simulator's own, so that it
+/// is a live process on this host as a real worker JVM's is (an agent that
+/// cannot see its worker's pid is blind, SPEC §12).
+pub fn sim_pid() -> u32 {
+    std::process::id()
+}
 
 /// How a simulated server behaves.
 #[derive(Debug, Clone)]
@@ -94,12 +98,23 @@ pub fn encode_heartbeat_for(
     report: Instant,
     zone: Zone,
 ) -> String {
+    encode_heartbeat_with_pid(line, host, startup, report, zone, sim_pid())
+}
+
+/// [`encode_heartbeat_for`] with a given `processId`.
+pub fn encode_heartbeat_with_pid(
+    line: DsLine,
+    host: &str,
+    startup: Instant,
+    report: Instant,
+    zone: Zone,
+    pid: u32,
+) -> String {
     let (ip, port) = match host.rsplit_once(':') {
         Some((ip, p)) => (ip, p.parse::<u16>().unwrap_or(1234)),
         None => (host, 1234),
     };
     let (s, r) = (startup.timestamp_millis(), report.timestamp_millis());
-    let pid = SIM_PID;
     match line {
         DsLine::V1_2 => format!("{ip},{pid},0.15,0.62,1.2,{},{}", local(startup, zone), local(report, zone)),
         DsLine::V1_3 => format!("0.15,0.62,1.2,12.5,32.0,0.3,{},{},0,{pid}", local(startup, zone), local(report, zone)),
@@ -629,55 +644,66 @@ mod tests {
         let utc: Zone = "UTC".parse().unwrap();
         let t = |ms| Utc.timestamp_millis_opt(ms).unwrap();
         assert_eq!(
-            encode_heartbeat_for(
+            encode_heartbeat_with_pid(
                 DsLine::V1_3,
                 "10.0.0.5:1234",
                 t(1_634_586_908_000),
                 t(1_634_587_208_000),
-                utc
+                utc,
+                12345
             ),
             "0.15,0.62,1.2,12.5,32.0,0.3,2021-10-18 19:55:08,2021-10-18 20:00:08,0,12345"
         );
         assert_eq!(
-            encode_heartbeat_for(
+            encode_heartbeat_with_pid(
                 DsLine::V1_2,
                 "10.0.0.5",
                 t(1_585_735_200_000),
                 t(1_585_735_500_000),
-                utc
+                utc,
+                12345
             ),
             "10.0.0.5,12345,0.15,0.62,1.2,2020-04-01 10:00:00,2020-04-01 10:05:00"
         );
         assert_eq!(
-            encode_heartbeat(
+            encode_heartbeat_with_pid(
                 DsLine::V2_0,
+                "10.0.0.5:1234",
                 t(1_685_440_000_000),
                 t(1_685_440_010_000),
-                utc
+                utc,
+                12345
             ),
             "0.15,0.62,120.0,1.2,12.5,32.0,0.3,1685440000000,1685440010000,0,12345,100,100,0"
         );
         assert_eq!(
-            encode_heartbeat(
+            encode_heartbeat_with_pid(
                 DsLine::V3_1,
+                "10.0.0.5:1234",
                 t(1_703_125_000_000),
                 t(1_703_125_010_000),
-                utc
+                utc,
+                12345
             ),
             r#"{"startupTime":1703125000000,"reportTime":1703125010000,"cpuUsage":0.15,"memoryUsage":0.62,"loadAverage":1.2,"availablePhysicalMemorySize":12.5,"maxCpuloadAvg":32.0,"reservedMemory":0.3,"diskAvailable":120.0,"serverStatus":0,"processId":12345,"workerHostWeight":100,"workerWaitingTaskCount":0,"workerExecThreadCount":100}"#
         );
         assert_eq!(
-            encode_heartbeat(
+            encode_heartbeat_with_pid(
                 DsLine::V3_3,
+                "10.0.0.5:1234",
                 t(1_729_245_600_000),
                 t(1_729_249_200_000),
-                utc
+                utc,
+                12345
             ),
             r#"{"processId":12345,"startupTime":1729245600000,"reportTime":1729249200000,"jvmCpuUsage":0.02,"cpuUsage":0.15,"jvmMemoryUsage":0.31,"memoryUsage":0.62,"diskUsage":0.4,"serverStatus":"NORMAL","host":"10.0.0.5","port":1234,"workerHostWeight":100,"threadPoolUsage":0.0}"#
         );
-        assert!(encode_heartbeat(DsLine::V3_2, t(0), t(0), utc).ends_with("\"threadPoolUsage\":0}"));
+        assert!(
+            encode_heartbeat_with_pid(DsLine::V3_2, "10.0.0.5:1234", t(0), t(0), utc, 12345)
+                .ends_with("\"threadPoolUsage\":0}")
+        );
         assert_eq!(
-            encode_heartbeat(DsLine::V3_0, t(0), t(0), utc)
+            encode_heartbeat_with_pid(DsLine::V3_0, "10.0.0.5:1234", t(0), t(0), utc, 12345)
                 .split(',')
                 .count(),
             13
