@@ -141,6 +141,7 @@ impl Scanner {
                     started_at: boot
                         .saturating_mul(1000)
                         .saturating_add((ticks.saturating_mul(1000) / hz) as i64),
+                    processes: vec![],
                 }
             })
             .collect();
