@@ -118,6 +118,36 @@ impl ExecBase {
         let script = "cd \"$1\" && exec sleep 86400 & exec sleep 86400";
         TaskProcess::spawn(&dir, "sh", &["-c", script, "sh", sub])
     }
+
+    /// A task process started as DS's worker starts a shell task: the user's
+    /// `script` in the task's command file below the execute path (3.2+
+    /// `<wf>_<task>.sh`, 1.3-3.1 `<wf>_<task>.command`), run as
+    /// `bash <file>` from the execute path. Only this first process is sure to
+    /// work there: the script may `cd` anywhere (reference §9).
+    pub fn start_ds_command(
+        &self,
+        line: DsLine,
+        workflow_instance_id: i64,
+        task_id: i64,
+        script: &str,
+    ) -> io::Result<TaskProcess> {
+        let dir = self.execute_path(line, workflow_instance_id, task_id)?;
+        let file = dir.join(command_file_name(line, workflow_instance_id, task_id));
+        let body = format!("#!/bin/bash\nBASEDIR=$(cd `dirname $0`; pwd)\ncd $BASEDIR\n{script}\n");
+        std::fs::write(&file, body)?;
+        let file = file.to_string_lossy().into_owned();
+        TaskProcess::spawn(&dir, "bash", &[&file])
+    }
+}
+
+/// The command file DS writes for a shell task: `<taskAppId>.sh` on 3.2+,
+/// `<taskAppId>.command` before, taskAppId being `<wf>_<task>`.
+pub fn command_file_name(line: DsLine, workflow_instance_id: i64, task_id: i64) -> String {
+    let ext = match line {
+        DsLine::V3_2 | DsLine::V3_3 => "sh",
+        _ => "command",
+    };
+    format!("{workflow_instance_id}_{task_id}.{ext}")
 }
 
 /// One running task process (and its process group).

@@ -127,3 +127,151 @@ async fn a_dead_process_is_process_gone_and_a_live_one_holds_a_lost_worker() -> 
     let _ = agent.child.wait().await;
     cleanup(db, &root).await
 }
+
+/// The agent's view of one worker, from `/api/v1/workers`.
+async fn agent_of(d: &Daemon, worker: &str) -> anyhow::Result<Option<serde_json::Value>> {
+    let w = d.json("/api/v1/workers").await?;
+    Ok(w["workers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|x| x["host"] == worker)
+        .map(|x| x["agent"].clone()))
+}
+
+/// Issue 18 items 1 and 2 (SPEC §12): DS writes RUNNING before the task's
+/// process exists, so a task the agent has never listed is never
+/// `process_gone`; and a shell task whose script `cd`s elsewhere stays the
+/// task's by its command file and by descent, so it is not taken for dead
+/// while it runs — and is `process_gone` once it really ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seen_then_gone_and_a_script_that_cds_away_stays_the_tasks() -> anyhow::Result<()> {
+    if !services_up().await {
+        return Ok(());
+    }
+    let db = sim_db(SimKind::MySql, "3.2.2").await?;
+    let line = db.line;
+    let root = unique_root();
+    let (_m, _w) =
+        master_and_three_workers(&zk_connect(), &root, line, "10.0.0.1:5678", long_ago()).await?;
+    let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
+    let shell = TaskSpec::new(wf, 1, Some("10.0.0.11:1234"));
+    let preparing = db.insert_task(&shell).await?;
+    let wanders = db.insert_task(&shell).await?;
+    let exec = ExecBase::new()?;
+    let elsewhere = tempfile::tempdir()?;
+    let script = format!("cd {} && sleep 86400", elsewhere.path().display());
+    let mut p_wanders = exec.start_ds_command(line, wf, wanders, &script)?;
+    let mut agent = AgentProcess::start(&root, "10.0.0.11:1234", exec.path(), "").await?;
+    let policy = "[policy]\nprocess_gone = \"fail\"\n";
+    let mut d = Daemon::start_with_env(
+        db.url(),
+        &root,
+        policy,
+        &[
+            ("DS_REAPER__RECONCILE__PROCESS_GONE_AFTER", "2s"),
+            ("DS_REAPER__RECONCILE__AGENT_STALE_AFTER", "10s"),
+        ],
+    )
+    .await?;
+    d.wait_ready().await?;
+    wait_until("the agent is fresh and lists the wandering script", || async {
+        Ok(agent_of(&d, "10.0.0.11:1234")
+            .await?
+            .is_some_and(|a| a["fresh"] == true && a["tasks"] == 1))
+    })
+    .await?;
+    // A named "nothing happens" hold: many times process_gone_after with a
+    // fresh agent that lacks `preparing` (never listed) and lists `wanders`.
+    d.wait_sweeps(8).await?;
+    assert_eq!(db.task_state(preparing).await?.state, 1, "never listed: untouched");
+    assert_eq!(db.task_state(wanders).await?.state, 1, "its script runs elsewhere");
+    assert!(d.audit_events("intent", None).is_empty(), "{:#?}", d.audit());
+
+    // The preparing task's process appears, is listed, then dies: now gone.
+    let mut p_prep = exec.start_ds_command(line, wf, preparing, "sleep 86400")?;
+    wait_until("both tasks listed", || async {
+        Ok(agent_of(&d, "10.0.0.11:1234")
+            .await?
+            .is_some_and(|a| a["fresh"] == true && a["tasks"] == 2))
+    })
+    .await?;
+    p_prep.kill()?;
+    p_wanders.kill()?;
+    wait_until("both tasks failed as process_gone", || async {
+        Ok(db.task_state(preparing).await?.state == 6 && db.task_state(wanders).await?.state == 6)
+    })
+    .await?;
+    for t in [preparing, wanders] {
+        let done = d.audit_events("done", Some(t));
+        assert_eq!(done.len(), 1, "{:#?}", d.audit());
+        assert_eq!(done[0]["reason"], "process_gone");
+        assert!(done[0]["evidence"]["process_seen_at"].is_string(), "{:#}", done[0]);
+    }
+    assert_eq!(d.terminate().await?, Some(0));
+    agent.child.start_kill()?;
+    let _ = agent.child.wait().await;
+    cleanup(db, &root).await
+}
+
+/// Issue 18 item 4 (SPEC §12): the network blip that drops the worker can drop
+/// its agent's session too. The hold rests on the agent's last listing, not
+/// on the agent still being there: the task is held while that listing is
+/// younger than `agent_stale_after`, and acted on only after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hold_outlives_the_agent_lost_with_its_worker() -> anyhow::Result<()> {
+    if !services_up().await {
+        return Ok(());
+    }
+    let db = sim_db(SimKind::MySql, "3.2.2").await?;
+    let line = db.line;
+    let root = unique_root();
+    let (_m, [mut w1, _w2, _w3]) =
+        master_and_three_workers(&zk_connect(), &root, line, "10.0.0.1:5678", long_ago()).await?;
+    let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
+    let runs = db
+        .insert_task(&TaskSpec::new(wf, 1, Some("10.0.0.11:1234")))
+        .await?;
+    let exec = ExecBase::new()?;
+    let mut p_runs = exec.start_ds_command(line, wf, runs, "sleep 86400")?;
+    let mut agent = AgentProcess::start(&root, "10.0.0.11:1234", exec.path(), "").await?;
+    let policy = "[policy]\nworker_lost = \"fail\"\n";
+    let mut d = Daemon::start_with_env(
+        db.url(),
+        &root,
+        policy,
+        &[("DS_REAPER__RECONCILE__AGENT_STALE_AFTER", "20s")],
+    )
+    .await?;
+    d.wait_ready().await?;
+    wait_until("the agent lists the task", || async {
+        Ok(agent_of(&d, "10.0.0.11:1234")
+            .await?
+            .is_some_and(|a| a["fresh"] == true && a["tasks"] == 1))
+    })
+    .await?;
+    // Worker and agent go together; the process runs on.
+    w1.crash().await;
+    assert_eq!(agent.stop().await?, Some(0));
+    wait_until("the task is reported, held as process_alive", || async {
+        let zs = d.json("/api/v1/zombies").await?;
+        Ok(zs["zombies"].as_array().into_iter().flatten().any(|z| {
+            z["task_id"] == runs && z["reason"] == "worker_lost" && z["note"] == "process_alive"
+        }))
+    })
+    .await?;
+    d.wait_sweeps(3).await?;
+    assert_eq!(db.task_state(runs).await?.state, 1, "held after its agent went");
+    assert!(d.audit_events("intent", Some(runs)).is_empty());
+    // Nothing lists it any more: once the last listing is older than
+    // agent_stale_after, the lost worker's task is acted on.
+    p_runs.kill()?;
+    wait_until("the task failed once its last listing was stale", || async {
+        Ok(db.task_state(runs).await?.state == 6)
+    })
+    .await?;
+    let done = d.audit_events("done", Some(runs));
+    assert_eq!(done[0]["reason"], "worker_lost", "{:#}", done[0]);
+    assert_eq!(d.terminate().await?, Some(0));
+    cleanup(db, &root).await
+}
