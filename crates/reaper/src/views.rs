@@ -110,6 +110,10 @@ pub struct AgentView {
     /// Task instances whose processes the latest report lists.
     pub tasks: usize,
     pub unreadable: u64,
+    /// Why the agent cannot see what it must (SPEC §12), if it cannot.
+    pub blind: Option<String>,
+    /// When the agent's node went away (its last listings still hold).
+    pub gone_at: Option<Instant>,
 }
 
 impl NodeView {
@@ -133,6 +137,8 @@ impl AgentView {
             last_report_at: a.received_at,
             tasks: a.report.as_ref().map_or(0, |r| r.tasks.len()),
             unreadable: a.report.as_ref().map_or(0, |r| r.unreadable),
+            blind: a.report.as_ref().and_then(|r| r.blind.clone()),
+            gone_at: a.gone_at,
         }
     }
 }

@@ -209,7 +209,11 @@ pub(super) fn node_rows(
                             } else {
                                 String::new()
                             },
-                        )
+                        ) + &a
+                            .blind
+                            .as_deref()
+                            .map(|b| format!(" · <span class=\"bad\">blind: {}</span>", esc(b)))
+                            .unwrap_or_default()
                     }
                 });
             }

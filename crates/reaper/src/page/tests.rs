@@ -126,6 +126,8 @@ fn a_quiet_cluster_reads_all_clear_and_the_charts_say_there_is_no_data() {
         last_report_at: now - chrono::TimeDelta::seconds(50),
         tasks: 0,
         unreadable: 2,
+        blind: Some("worker pid 77 <not visible>".into()),
+        gone_at: None,
     }));
     let h = render(&p);
     assert!(
@@ -138,5 +140,9 @@ fn a_quiet_cluster_reads_all_clear_and_the_charts_say_there_is_no_data() {
     assert_eq!(h.matches("<polyline").count(), 4, "{h}");
     assert!(h.contains("<tr class=\"warn\">"), "{h}");
     assert!(h.contains("2 unreadable"), "{h}");
+    assert!(
+        h.contains("blind: worker pid 77 &lt;not visible&gt;"),
+        "{h}"
+    );
     assert!(h.contains("last <tspan class=\"lv\">44 ms</tspan>"), "{h}");
 }
