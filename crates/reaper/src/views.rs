@@ -302,3 +302,11 @@ impl WorkflowView {
         }
     }
 }
+
+/// A row's host in a message a person reads: the host, or that it has none.
+pub fn host_words(host: Option<&str>) -> String {
+    match host.map(str::trim) {
+        Some(h) if !h.is_empty() && !h.eq_ignore_ascii_case("null") => h.to_string(),
+        _ => "none".to_string(),
+    }
+}

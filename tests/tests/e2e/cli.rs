@@ -125,6 +125,15 @@ async fn check_exit_codes_and_json() -> anyhow::Result<()> {
     cleanup(db, &root).await
 }
 
+/// Issue 24 item 4: what a person reads shows no Rust `Debug` forms.
+fn assert_readable(out: &str, err: &str) {
+    for text in [out, err] {
+        for bad in ["Some(", "None", "\\\"", " { "] {
+            assert!(!text.contains(bad), "{bad:?} in a message: {text}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reap_cli_refuses_or_writes() -> anyhow::Result<()> {
     if !services_up().await {
@@ -181,13 +190,16 @@ async fn reap_cli_refuses_or_writes() -> anyhow::Result<()> {
     // No --yes and no terminal to ask on: refused, nothing written.
     let (code, out, err) = cfg.run(&["reap", "--task-id", &id(z2)], &[]).await?;
     assert_eq!(code, 1, "stdout {out}\nstderr {err}");
+    assert_readable(&out, &err);
     assert_eq!(db.task_state(z2).await?.state, 1);
 
-    // Not a zombie: refused.
+    // Not a zombie: refused, in words a person reads.
     let (code, out, err) = cfg
         .run(&["reap", "--task-id", &id(live), "--yes"], &[])
         .await?;
     assert_eq!(code, 1, "stdout {out}\nstderr {err}");
+    assert_readable(&out, &err);
+    assert!(err.contains("10.0.0.11:1234"), "names the host: {err}");
     assert_eq!(db.task_state(live).await?.state, 1);
 
     // A finished row is never touched, even forced.
@@ -198,7 +210,15 @@ async fn reap_cli_refuses_or_writes() -> anyhow::Result<()> {
         )
         .await?;
     assert_eq!(code, 1, "stdout {out}\nstderr {err}");
+    assert_readable(&out, &err);
     assert_eq!(db.task_state(finished).await?.state, 7);
+
+    // A workflow whose master lives: refused.
+    let (code, out, err) = cfg
+        .run(&["reap", "--workflow-instance", &id(wf), "--yes"], &[])
+        .await?;
+    assert_eq!(code, 1, "stdout {out}\nstderr {err}");
+    assert_readable(&out, &err);
 
     // --force on a live, healthy row: written, audited as forced.
     let (code, out, err) = cfg
@@ -230,10 +250,23 @@ async fn reap_cli_refuses_or_writes() -> anyhow::Result<()> {
         .all(|r| r["task_id"] != z2 && r["task_id"] != finished || r["event"] != "done"));
 
     // An unknown task id: refused (exit 1).
-    let (code, _, err) = cfg
+    let (code, out, err) = cfg
         .run(&["reap", "--task-id", "987654321", "--yes"], &[])
         .await?;
     assert_eq!(code, 1, "{err}");
+    assert_readable(&out, &err);
+    // Bad arguments and a database that is not there.
+    let (code, out, err) = cfg.run(&["reap", "--task-id", "x1", "--yes"], &[]).await?;
+    assert_ne!(code, 0, "{err}");
+    assert_readable(&out, &err);
+    let (code, out, err) = cfg
+        .run(
+            &["reap", "--task-id", "1", "--yes"],
+            &[("DS_REAPER__DATABASE__URL", "mysql://ds:ds@127.0.0.1:1/ds")],
+        )
+        .await?;
+    assert_ne!(code, 0, "{err}");
+    assert_readable(&out, &err);
 
     cleanup(db, &root).await
 }

@@ -142,9 +142,9 @@ impl Engine {
             ),
             None => {
                 return Err(ReapError::Refused(format!(
-                    "task {} is not a zombie as check judges it (host {:?}, state {}); use force to override",
+                    "task {} is not a zombie as check judges it (host {}, state {}); use force to override",
                     req.task_id,
-                    row.row.host,
+                    crate::views::host_words(row.row.host.as_deref()),
                     line.state_name(row.row.state).unwrap_or("UNKNOWN")
                 )))
             }

@@ -315,8 +315,8 @@ impl Engine {
             }
             None if !force => {
                 return Err(ReapError::Refused(format!(
-                    "workflow instance {id} is not workflow_master_lost as check judges it (host {:?}); use force to override",
-                    wf.host
+                    "workflow instance {id} is not workflow_master_lost as check judges it (host {}); use force to override",
+                    crate::views::host_words(wf.host.as_deref())
                 )))
             }
             _ => (
