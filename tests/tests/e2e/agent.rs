@@ -175,18 +175,33 @@ async fn seen_then_gone_and_a_script_that_cds_away_stays_the_tasks() -> anyhow::
     )
     .await?;
     d.wait_ready().await?;
-    wait_until("the agent is fresh and lists the wandering script", || async {
-        Ok(agent_of(&d, "10.0.0.11:1234")
-            .await?
-            .is_some_and(|a| a["fresh"] == true && a["tasks"] == 1))
-    })
+    wait_until(
+        "the agent is fresh and lists the wandering script",
+        || async {
+            Ok(agent_of(&d, "10.0.0.11:1234")
+                .await?
+                .is_some_and(|a| a["fresh"] == true && a["tasks"] == 1))
+        },
+    )
     .await?;
     // A named "nothing happens" hold: many times process_gone_after with a
     // fresh agent that lacks `preparing` (never listed) and lists `wanders`.
     d.wait_sweeps(8).await?;
-    assert_eq!(db.task_state(preparing).await?.state, 1, "never listed: untouched");
-    assert_eq!(db.task_state(wanders).await?.state, 1, "its script runs elsewhere");
-    assert!(d.audit_events("intent", None).is_empty(), "{:#?}", d.audit());
+    assert_eq!(
+        db.task_state(preparing).await?.state,
+        1,
+        "never listed: untouched"
+    );
+    assert_eq!(
+        db.task_state(wanders).await?.state,
+        1,
+        "its script runs elsewhere"
+    );
+    assert!(
+        d.audit_events("intent", None).is_empty(),
+        "{:#?}",
+        d.audit()
+    );
 
     // The preparing task's process appears, is listed, then dies: now gone.
     let mut p_prep = exec.start_ds_command(line, wf, preparing, "sleep 86400")?;
@@ -206,7 +221,11 @@ async fn seen_then_gone_and_a_script_that_cds_away_stays_the_tasks() -> anyhow::
         let done = d.audit_events("done", Some(t));
         assert_eq!(done.len(), 1, "{:#?}", d.audit());
         assert_eq!(done[0]["reason"], "process_gone");
-        assert!(done[0]["evidence"]["process_seen_at"].is_string(), "{:#}", done[0]);
+        assert!(
+            done[0]["evidence"]["process_seen_at"].is_string(),
+            "{:#}",
+            done[0]
+        );
     }
     assert_eq!(d.terminate().await?, Some(0));
     agent.child.start_kill()?;
@@ -261,14 +280,19 @@ async fn the_hold_outlives_the_agent_lost_with_its_worker() -> anyhow::Result<()
     })
     .await?;
     d.wait_sweeps(3).await?;
-    assert_eq!(db.task_state(runs).await?.state, 1, "held after its agent went");
+    assert_eq!(
+        db.task_state(runs).await?.state,
+        1,
+        "held after its agent went"
+    );
     assert!(d.audit_events("intent", Some(runs)).is_empty());
     // Nothing lists it any more: once the last listing is older than
     // agent_stale_after, the lost worker's task is acted on.
     p_runs.kill()?;
-    wait_until("the task failed once its last listing was stale", || async {
-        Ok(db.task_state(runs).await?.state == 6)
-    })
+    wait_until(
+        "the task failed once its last listing was stale",
+        || async { Ok(db.task_state(runs).await?.state == 6) },
+    )
     .await?;
     let done = d.audit_events("done", Some(runs));
     assert_eq!(done[0]["reason"], "worker_lost", "{:#}", done[0]);
