@@ -33,6 +33,9 @@ pub struct NodeInfo {
     /// and the two differ when `worker-address` is set.
     #[serde(default)]
     pub address: Option<String>,
+    /// The heartbeat's `processId` (the server JVM's pid on its host).
+    #[serde(default)]
+    pub process_id: Option<i64>,
     /// When the daemon first saw the node in this session.
     pub seen_at: Instant,
 }
@@ -46,6 +49,7 @@ impl NodeInfo {
             status: None,
             groups: Vec::new(),
             address: None,
+            process_id: None,
             seen_at,
         }
     }

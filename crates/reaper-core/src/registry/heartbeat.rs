@@ -22,6 +22,9 @@ pub struct Heartbeat {
     /// part is missing or unreadable. DS 3.3+ writes this, not the node name,
     /// into `t_ds_task_instance.host` (they differ when `worker-address` is set).
     pub address: Option<String>,
+    /// `processId`: the server JVM's pid on its host (every line writes it).
+    /// The worker-host agent checks that it can see this process (SPEC §12).
+    pub process_id: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -89,6 +92,19 @@ fn status_field(s: &str) -> Option<String> {
     })
 }
 
+/// A pid as DS writes it: a positive int (0 or garbage: unknown).
+fn pid_field(s: &str) -> Option<i64> {
+    s.trim().parse::<i64>().ok().filter(|p| *p > 0)
+}
+
+fn json_pid(v: Option<&serde_json::Value>) -> Option<i64> {
+    match v? {
+        serde_json::Value::Number(n) => n.as_i64().filter(|p| *p > 0),
+        serde_json::Value::String(s) => pid_field(s),
+        _ => None,
+    }
+}
+
 fn parse_csv(text: &str, zone: Zone) -> Result<(Heartbeat, HeartbeatFormat), HeartbeatError> {
     let f: Vec<&str> = text.split(',').collect();
     let hb = match f.len() {
@@ -99,6 +115,7 @@ fn parse_csv(text: &str, zone: Zone) -> Result<(Heartbeat, HeartbeatFormat), Hea
                 report_time: zone.parse_ds_datetime(f[6]),
                 status: None,
                 address: None,
+                process_id: pid_field(f[1]),
             },
             HeartbeatFormat::Csv7,
         ),
@@ -109,6 +126,7 @@ fn parse_csv(text: &str, zone: Zone) -> Result<(Heartbeat, HeartbeatFormat), Hea
                 report_time: zone.parse_ds_datetime(f[7]),
                 status: status_field(f[8]),
                 address: None,
+                process_id: pid_field(f[9]),
             },
             HeartbeatFormat::Csv10,
         ),
@@ -118,6 +136,7 @@ fn parse_csv(text: &str, zone: Zone) -> Result<(Heartbeat, HeartbeatFormat), Hea
                 report_time: epoch_ms(f[7]),
                 status: status_field(f[8]),
                 address: None,
+                process_id: pid_field(f[9]),
             },
             HeartbeatFormat::CsvEpoch,
         ),
@@ -128,6 +147,7 @@ fn parse_csv(text: &str, zone: Zone) -> Result<(Heartbeat, HeartbeatFormat), Hea
                 report_time: epoch_ms(f[8]),
                 status: status_field(f[9]),
                 address: None,
+                process_id: pid_field(f[10]),
             },
             HeartbeatFormat::CsvEpoch,
         ),
@@ -186,6 +206,7 @@ fn parse_json(text: &str) -> Result<(Heartbeat, HeartbeatFormat), HeartbeatError
             report_time: json_ms(obj.get("reportTime")),
             status,
             address: json_address(obj),
+            process_id: json_pid(obj.get("processId")),
         },
         format,
     ))
@@ -446,5 +467,46 @@ mod tests {
             let s = format!(r#"{{"startupTime":{st},"reportTime":{rt},"serverStatus":{status:?}}}"#);
             let _ = parse(s.as_bytes(), utc());
         }
+    }
+
+    /// The worker-host agent checks the JVM's pid (SPEC §12): every format carries it.
+    #[test]
+    fn process_id_of_every_format() {
+        let pid = |d: &str| parse(d.as_bytes(), utc()).unwrap().0.process_id;
+        assert_eq!(
+            pid("10.0.0.5,4242,0.15,0.62,1.2,2020-04-01 10:00:00,2020-04-01 10:05:00"),
+            Some(4242)
+        );
+        assert_eq!(
+            pid("0.15,0.62,1.2,12.5,32.0,0.3,2021-10-18 19:55:08,2021-10-18 20:00:08,0,4243"),
+            Some(4243)
+        );
+        assert_eq!(
+            pid("0.15,0.62,1.2,12.5,32.0,0.3,1685440000000,1685440010000,2,4244,100,100,0"),
+            Some(4244)
+        );
+        assert_eq!(
+            pid("0.15,0.62,120.0,1.2,12.5,32.0,0.3,1685440000000,1685440010000,0,4245,100,100,0"),
+            Some(4245)
+        );
+        assert_eq!(
+            pid(
+                r#"{"startupTime":1703125000000,"reportTime":1703125010000,"serverStatus":0,"processId":4246}"#
+            ),
+            Some(4246)
+        );
+        assert_eq!(
+            pid(r#"{"processId":"4247","startupTime":1729245600000,"serverStatus":"NORMAL"}"#),
+            Some(4247)
+        );
+        assert_eq!(
+            pid(r#"{"processId":0,"startupTime":1729245600000,"serverStatus":"NORMAL"}"#),
+            None
+        );
+        assert_eq!(pid(r#"{"startupTime":1729245600000}"#), None);
+        assert_eq!(
+            pid("10.0.0.5,x,0.15,0.62,1.2,2020-04-01 10:00:00,2020-04-01 10:05:00"),
+            None
+        );
     }
 }

@@ -4,6 +4,7 @@
 //! etcd keys under the namespace and JDBC registry rows all spell
 //! `/nodes/worker/<addr>` and so on, so this is shared by every adapter.
 
+use crate::view::ANY_MASTER;
 use crate::{host, DsLine, HeartbeatFormat, NodeKind, RegistryLayout};
 
 /// Which layouts an adapter reads: every one (auto-detection), or only the
@@ -243,6 +244,129 @@ impl LayoutEvidence {
     }
 }
 
+/// One directory under which DS takes its master-failover lock (SPEC §13).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailoverLockDir {
+    /// Relative to the root, e.g. `/lock/failover/masters`.
+    pub path: &'static str,
+    /// The directory itself is a lock covering every master (1.2, 1.3,
+    /// 2.0.0–2.0.1): its holders count for [`ANY_MASTER`].
+    pub global: bool,
+    /// Each child `<path>/<host>` is the lock of the master at `<host>`
+    /// (2.0.2–3.2).
+    pub per_host: bool,
+}
+
+/// Where a line's master-failover locks are; empty where none matters.
+///
+/// Verified against DS's source per tag: 1.2.1 and 1.3.0–1.3.9
+/// `ZKMasterClient.removeZKNodePath` locks `getMasterFailoverLockPath()` =
+/// `<root>/lock/failover/masters`, one lock for every master (the start-up
+/// pass fails over all masters under it too); 2.0.0 `RegistryClient` and 2.0.1
+/// `MasterRegistryClient.getFailoverLockPath` still lock that one path, 2.0.2–2.0.9
+/// lock `/lock/failover/masters/<host>`; 3.0.0–3.1.9
+/// `MasterFailoverService.failoverMaster` likewise; 3.2.0–3.2.2 lock
+/// `RegistryNodeType.MASTER_FAILOVER_LOCK` + `/<host>` = `/lock/master-failover/<host>`.
+/// 3.3+'s update is conditional (SPEC §13), so its single
+/// `/lock/master-failover` is not read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FailoverLockLayout {
+    pub dirs: Vec<FailoverLockDir>,
+}
+
+const FAILOVER_MASTERS: &str = "/lock/failover/masters";
+const MASTER_FAILOVER: &str = "/lock/master-failover";
+
+/// The master-failover locks of `line` (see [`FailoverLockLayout`]).
+pub fn failover_lock_paths(line: DsLine) -> FailoverLockLayout {
+    let dir = |path, global, per_host| FailoverLockDir {
+        path,
+        global,
+        per_host,
+    };
+    let dirs = match line {
+        DsLine::V1_2 | DsLine::V1_3 => vec![dir(FAILOVER_MASTERS, true, false)],
+        // One "2.0" line covers 2.0.0–2.0.1's single lock and 2.0.2+'s per host.
+        DsLine::V2_0 => vec![dir(FAILOVER_MASTERS, true, true)],
+        DsLine::V3_0 | DsLine::V3_1_0 | DsLine::V3_1 => vec![dir(FAILOVER_MASTERS, false, true)],
+        DsLine::V3_2 => vec![dir(MASTER_FAILOVER, false, true)],
+        DsLine::V3_3 => Vec::new(),
+    };
+    FailoverLockLayout { dirs }
+}
+
+impl FailoverLockLayout {
+    /// Every lock any of `lines` may take, merged per directory: what an
+    /// adapter reads when the line is detected rather than configured. The
+    /// lines' locks never collide: a child of a per-host directory named like
+    /// a lock node (3.3's own `/lock/master-failover` holders) is no host.
+    pub fn for_lines(lines: &[DsLine]) -> Self {
+        let mut out = FailoverLockLayout::default();
+        for d in lines.iter().flat_map(|l| failover_lock_paths(*l).dirs) {
+            match out.dirs.iter_mut().find(|x| x.path == d.path) {
+                Some(x) => {
+                    x.global |= d.global;
+                    x.per_host |= d.per_host;
+                }
+                None => out.dirs.push(d),
+            }
+        }
+        out
+    }
+
+    /// The locks of an explicit line, or of every line when it is detected.
+    pub fn for_line(line: Option<DsLine>) -> Self {
+        match line {
+            Some(l) => failover_lock_paths(l),
+            None => FailoverLockLayout::for_lines(&DsLine::ALL),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.dirs.is_empty()
+    }
+
+    /// Which master a lock path (relative to the root) is the failover lock
+    /// of: a host, [`ANY_MASTER`] for a global lock, None for anything else.
+    /// A JDBC registry lock row's key is such a path.
+    pub fn lock_of(&self, rel: &str) -> Option<String> {
+        let rel = rel.trim_end_matches('/');
+        self.dirs.iter().find_map(|d| {
+            let rest = rel.strip_prefix(d.path)?;
+            if rest.is_empty() {
+                return d.global.then(|| ANY_MASTER.to_string());
+            }
+            let host = rest.strip_prefix('/')?;
+            (d.per_host && !host.trim().is_empty() && !host.contains('/') && !is_lock_node(host))
+                .then(|| host::normalize(host).into_owned())
+        })
+    }
+
+    /// Which master a holder entry counts for: an entry is one segment under
+    /// its lock path (Curator's lock node, etcd's `<lock>/<lease hex>` key).
+    pub fn holder_of(&self, rel: &str) -> Option<String> {
+        let (lock, entry) = rel.rsplit_once('/')?;
+        if entry.trim().is_empty() {
+            return None;
+        }
+        self.lock_of(lock)
+    }
+}
+
+/// Whether a ZooKeeper node name is one of Curator's lock nodes: a holder or
+/// waiter of an `InterProcessMutex` (`_c_<uuid>-lock-<seq>`, or `lock-<seq>`
+/// without protection), never a host directory.
+pub fn is_lock_node(name: &str) -> bool {
+    let Some(i) = name.rfind("lock-") else {
+        return false;
+    };
+    let seq = &name[i + "lock-".len()..];
+    let head = &name[..i];
+    !seq.is_empty()
+        && seq.bytes().all(|b| b.is_ascii_digit())
+        && (head.is_empty() || (head.starts_with("_c_") && head.ends_with('-')))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -423,5 +547,116 @@ mod tests {
                 ..
             })
         ));
+    }
+    #[test]
+    fn failover_lock_paths_per_line() {
+        let dirs = |l| {
+            failover_lock_paths(l)
+                .dirs
+                .iter()
+                .map(|d| (d.path, d.global, d.per_host))
+                .collect::<Vec<_>>()
+        };
+        let m = "/lock/failover/masters";
+        assert_eq!(dirs(DsLine::V1_2), vec![(m, true, false)]);
+        assert_eq!(dirs(DsLine::V1_3), vec![(m, true, false)]);
+        assert_eq!(dirs(DsLine::V2_0), vec![(m, true, true)]);
+        for l in [DsLine::V3_0, DsLine::V3_1_0, DsLine::V3_1] {
+            assert_eq!(dirs(l), vec![(m, false, true)], "{l}");
+        }
+        assert_eq!(
+            dirs(DsLine::V3_2),
+            vec![("/lock/master-failover", false, true)]
+        );
+        assert!(failover_lock_paths(DsLine::V3_3).is_empty());
+        let all = FailoverLockLayout::for_line(None);
+        assert_eq!(
+            all.dirs
+                .iter()
+                .map(|d| (d.path, d.global, d.per_host))
+                .collect::<Vec<_>>(),
+            vec![(m, true, true), ("/lock/master-failover", false, true)]
+        );
+        assert_eq!(
+            FailoverLockLayout::for_line(Some(DsLine::V3_2)),
+            failover_lock_paths(DsLine::V3_2)
+        );
+    }
+
+    #[test]
+    fn failover_lock_of_a_path() {
+        let l13 = failover_lock_paths(DsLine::V1_3);
+        assert_eq!(
+            l13.lock_of("/lock/failover/masters").as_deref(),
+            Some(ANY_MASTER)
+        );
+        assert_eq!(l13.lock_of("/lock/failover/masters/10.0.0.5:5678"), None);
+        let l31 = failover_lock_paths(DsLine::V3_1);
+        assert_eq!(l31.lock_of("/lock/failover/masters"), None);
+        assert_eq!(
+            l31.lock_of("/lock/failover/masters/10.0.0.5:5678")
+                .as_deref(),
+            Some("10.0.0.5:5678")
+        );
+        assert_eq!(l31.lock_of("/lock/master-failover/10.0.0.5:5678"), None);
+        assert_eq!(l31.lock_of("/lock/failover/masters/a/b"), None);
+        assert_eq!(l31.lock_of("/lock/failover/masters/ "), None);
+        assert_eq!(l31.lock_of("/lock/failover/mastersX"), None);
+        assert_eq!(l31.lock_of("/lock/failover/workers/10.0.0.5:1234"), None);
+        let l32 = failover_lock_paths(DsLine::V3_2);
+        assert_eq!(
+            l32.lock_of("/lock/master-failover/ 10.0.0.5:5678")
+                .as_deref(),
+            Some("10.0.0.5:5678")
+        );
+        // 3.3's global lock under the same directory names no host
+        assert_eq!(
+            l32.lock_of(
+                "/lock/master-failover/_c_1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901-lock-0000000003"
+            ),
+            None
+        );
+        assert!(failover_lock_paths(DsLine::V3_3)
+            .lock_of("/lock/master-failover")
+            .is_none());
+        // holders: Curator's nodes and etcd's lease keys one level down
+        let l20 = failover_lock_paths(DsLine::V2_0);
+        assert_eq!(
+            l20.holder_of("/lock/failover/masters/_c_ab-lock-0000000000")
+                .as_deref(),
+            Some(ANY_MASTER)
+        );
+        assert_eq!(
+            l20.holder_of("/lock/failover/masters/10.0.0.5:5678/_c_ab-lock-0000000000")
+                .as_deref(),
+            Some("10.0.0.5:5678")
+        );
+        assert_eq!(
+            l32.holder_of("/lock/master-failover/10.0.0.5:5678/694d7f3a2b1c0e05")
+                .as_deref(),
+            Some("10.0.0.5:5678")
+        );
+        assert_eq!(l32.holder_of("/lock/master-failover/10.0.0.5:5678/"), None);
+        assert_eq!(l32.holder_of("garbage"), None);
+        assert_eq!(l32.holder_of(""), None);
+    }
+
+    #[test]
+    fn curator_lock_nodes() {
+        assert!(is_lock_node(
+            "_c_1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901-lock-0000000000"
+        ));
+        assert!(is_lock_node("lock-0000000007"));
+        for name in [
+            "10.0.0.5:5678",
+            "lock-",
+            "lock-12a",
+            "x-lock-0000000001",
+            "_c_abc-lock-",
+            "",
+            "master-lock-host:1",
+        ] {
+            assert!(!is_lock_node(name), "{name}");
+        }
     }
 }

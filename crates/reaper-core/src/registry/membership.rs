@@ -449,14 +449,46 @@ impl Membership {
         changes
     }
 
+    /// Records a full reading of DS's master-failover locks at `now`: holders
+    /// per master (a host, or [`crate::view::ANY_MASTER`]), every lock known
+    /// before and missing here at none. An adapter reads them with the
+    /// listing that ends a gap and again on every change it sees, so a lock
+    /// taken or released while the daemon could not see is settled by that
+    /// listing; the view is invalid meanwhile, which blocks every action.
+    pub fn apply_failover_locks(
+        &mut self,
+        holders: &HashMap<String, usize>,
+        now: Instant,
+    ) -> Changes {
+        let before = self.view.failover_locks.clone();
+        let known: Vec<String> = before.keys().cloned().collect();
+        for key in known {
+            if !holders.contains_key(&key) {
+                self.view.observe_failover_lock(&key, 0, now);
+            }
+        }
+        for (key, n) in holders {
+            self.view.observe_failover_lock(key, *n, now);
+        }
+        Changes {
+            publish: self.view.failover_locks != before,
+            ..Changes::default()
+        }
+    }
+
     /// Forgets losses older than [`LOST_KEEP`], so the view stays bounded.
     pub fn prune_lost(&mut self, now: Instant) -> Changes {
         let count = |v: &RegistryView| v.lost_workers.len() + v.lost_masters.len();
         let before = count(&self.view);
         self.view.prune_lost(now, LOST_KEEP);
         let pruned = count(&self.view) != before;
+        // A lock released this long ago is past any settle period.
+        let locks = self.view.failover_locks.len();
+        self.view
+            .failover_locks
+            .retain(|_, l| l.holders > 0 || l.released_at.is_some_and(|r| now - r <= LOST_KEEP));
         Changes {
-            publish: pruned,
+            publish: pruned || self.view.failover_locks.len() != locks,
             membership: pruned,
             ..Changes::default()
         }
@@ -555,6 +587,7 @@ impl Membership {
             info.startup_time = hb.startup_time;
             info.report_time = hb.report_time;
             info.status = hb.status.clone();
+            info.process_id = hb.process_id;
         }
         info.groups = groups;
         if !existed {

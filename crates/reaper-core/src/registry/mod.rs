@@ -22,6 +22,7 @@ pub mod membership;
 pub use backoff::Backoff;
 pub use heartbeat::{Heartbeat, HeartbeatError};
 pub use layout::{
-    classify, may_concern_servers, Detected, LayoutEvidence, LayoutMode, NodeClass, NodeKey,
+    classify, failover_lock_paths, is_lock_node, may_concern_servers, Detected, FailoverLockDir,
+    FailoverLockLayout, LayoutEvidence, LayoutMode, NodeClass, NodeKey,
 };
 pub use membership::{Changes, Gap, ListedNode, Listing, Membership, NodeEvent, Note};

@@ -787,3 +787,51 @@ fn a_gap_restarts_an_agents_freshness() {
 
 #[path = "agent_props.rs"]
 mod agent_props;
+
+#[test]
+fn failover_locks_from_full_readings() {
+    let mut m = auto();
+    let settle = std::time::Duration::from_secs(30);
+    let held = |pairs: &[(&str, usize)]| -> HashMap<String, usize> {
+        pairs.iter().map(|(k, n)| (k.to_string(), *n)).collect()
+    };
+    let c = m.apply_failover_locks(&held(&[("10.0.0.5:5678", 2)]), t(10));
+    assert!(c.publish);
+    assert!(m
+        .view()
+        .ds_failover_in_progress("10.0.0.5:5678", t(11), settle));
+    assert!(!m
+        .view()
+        .ds_failover_in_progress("10.0.0.9:5678", t(11), settle));
+    // the same reading again changes nothing
+    assert!(
+        !m.apply_failover_locks(&held(&[("10.0.0.5:5678", 2)]), t(12))
+            .publish
+    );
+    // gone from the reading: released now, settling for `settle`
+    assert!(m.apply_failover_locks(&held(&[]), t(20)).publish);
+    assert!(m
+        .view()
+        .ds_failover_in_progress("10.0.0.5:5678", t(49), settle));
+    assert!(!m
+        .view()
+        .ds_failover_in_progress("10.0.0.5:5678", t(50), settle));
+    // later readings keep the release time
+    m.apply_failover_locks(&held(&[("10.0.0.5:5678", 0)]), t(30));
+    assert_eq!(
+        m.view().failover_locks["10.0.0.5:5678"].released_at,
+        Some(t(20))
+    );
+    // 1.3's single lock covers every master
+    m.apply_failover_locks(&held(&[(crate::view::ANY_MASTER, 1)]), t(60));
+    assert!(m
+        .view()
+        .ds_failover_in_progress("10.0.0.9:5678", t(61), settle));
+    // released locks are forgotten after LOST_KEEP
+    m.apply_failover_locks(&held(&[]), t(70));
+    assert!(
+        m.prune_lost(t(70) + LOST_KEEP + chrono::TimeDelta::seconds(1))
+            .publish
+    );
+    assert!(m.view().failover_locks.is_empty());
+}
