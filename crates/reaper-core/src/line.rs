@@ -352,6 +352,69 @@ impl DsLine {
         }
     }
 
+    /// Whether a workflow state is terminal on this line: not one of
+    /// [`DsLine::workflow_non_terminal_states`]. A child workflow in a
+    /// non-terminal state is its SUB_PROCESS task's process (SPEC §3).
+    pub fn is_workflow_terminal(self, code: i32) -> bool {
+        !self.workflow_non_terminal_states().contains(&code)
+    }
+
+    /// The workflow states the line's own master failover picks up (SPEC
+    /// §13): 1.2.1 `ProcessDao` / 1.3.9 `ProcessService.stateArray`, 2.0.9
+    /// `stateArray`, 3.0.6 `ExecutionStatus.NEED_FAILOVER_STATES`, 3.1.x/3.2.2
+    /// `WorkflowExecutionStatus.NEED_FAILOVER_STATES`, dev `FailoverCoordinator`.
+    /// `recover` writes DS's failover rows, so it is only for these: a
+    /// workflow in another state (SERIAL_WAIT, READY_BLOCK, ...) is one DS's
+    /// own failover would leave alone, and the master taking the command
+    /// would not expect it.
+    pub fn master_failover_workflow_states(self) -> &'static [i32] {
+        match self {
+            DsLine::V1_2 | DsLine::V1_3 => &[0, 1, 2, 4],
+            DsLine::V2_0 | DsLine::V3_1_0 | DsLine::V3_1 | DsLine::V3_2 => &[0, 1, 12, 2, 4],
+            DsLine::V3_0 => &[0, 17, 1, 12, 2, 4],
+            DsLine::V3_3 => &[1, 2, 4],
+        }
+    }
+
+    /// 2.0-3.1: DS's master failover also writes NEED_FAULT_TOLERANCE into
+    /// the workflow's unfinished valid task rows (2.0.9
+    /// `MasterRegistryClient.failoverMaster`, 3.0.6/3.1.9
+    /// `MasterFailoverService.doFailoverMaster`); 1.3's leaves the tasks to
+    /// the master that takes the command, 3.2's and 3.3's touch no task row.
+    pub fn master_failover_tolerates_tasks(self) -> bool {
+        matches!(
+            self,
+            DsLine::V2_0 | DsLine::V3_0 | DsLine::V3_1_0 | DsLine::V3_1
+        )
+    }
+
+    /// Whether DS's master failover of this line sets a `flag = 1` task row
+    /// in `state` with `host` and a `submit_time` (or none) to
+    /// NEED_FAULT_TOLERANCE. DS skips the rows its enum calls finished
+    /// (2.0.9 `typeIsFinished`, 3.0.6 also BLOCK; 3.1.9 `isFinished`, where
+    /// NEED_FAULT_TOLERANCE is a failure); a row ds-reaper counts as finished
+    /// is never touched whatever DS would do (SPEC §4.8). 2.0.9 also skips a
+    /// row without a host (NULL or DS's `'NULL'`) or without a `submit_time`
+    /// (`checkTaskInstanceNeedFailover`); 3.0/3.1 have no such condition.
+    pub fn master_failover_tolerates_task(
+        self,
+        state: i32,
+        host: Option<&str>,
+        has_submit_time: bool,
+    ) -> bool {
+        if !self.master_failover_tolerates_tasks()
+            || DsLine::is_finished_task_state(state)
+            || state == NEED_FAULT_TOLERANCE
+            || (self == DsLine::V3_0 && state == 16)
+        {
+            return false;
+        }
+        if self == DsLine::V2_0 {
+            return host.is_some_and(|h| h != "NULL") && has_submit_time;
+        }
+        true
+    }
+
     /// 3.3 renamed the process tables and columns to workflow.
     pub fn workflow_table(self) -> &'static str {
         if self == DsLine::V3_3 {
@@ -478,6 +541,66 @@ mod tests {
         assert_eq!(DsLine::V3_2.workflow_table(), "t_ds_process_instance");
         assert_eq!(DsLine::V3_3.workflow_table(), "t_ds_workflow_instance");
         assert_eq!(DsLine::V3_3.workflow_fk_column(), "workflow_instance_id");
+    }
+
+    #[test]
+    fn master_failover_states_per_line() {
+        assert_eq!(
+            DsLine::V1_3.master_failover_workflow_states(),
+            &[0, 1, 2, 4]
+        );
+        assert_eq!(
+            DsLine::V2_0.master_failover_workflow_states(),
+            &[0, 1, 12, 2, 4]
+        );
+        assert_eq!(
+            DsLine::V3_0.master_failover_workflow_states(),
+            &[0, 17, 1, 12, 2, 4]
+        );
+        assert_eq!(
+            DsLine::V3_2.master_failover_workflow_states(),
+            &[0, 1, 12, 2, 4]
+        );
+        assert_eq!(DsLine::V3_3.master_failover_workflow_states(), &[1, 2, 4]);
+        for l in DsLine::ALL {
+            // SERIAL_WAIT and READY_BLOCK are never DS's failover's
+            assert!(!l.master_failover_workflow_states().contains(&14), "{l}");
+            assert!(!l.master_failover_workflow_states().contains(&15), "{l}");
+        }
+    }
+
+    #[test]
+    fn master_failover_task_rows_per_line() {
+        let h = Some("10.0.0.5:1234");
+        for l in [DsLine::V1_2, DsLine::V1_3, DsLine::V3_2, DsLine::V3_3] {
+            assert!(!l.master_failover_tolerates_task(1, h, true), "{l}");
+        }
+        for l in [DsLine::V2_0, DsLine::V3_0, DsLine::V3_1_0, DsLine::V3_1] {
+            assert!(l.master_failover_tolerates_task(1, h, true), "{l}");
+            assert!(l.master_failover_tolerates_task(0, h, true), "{l}");
+            for finished in [3, 5, 6, 7, 8, 9, 13] {
+                assert!(
+                    !l.master_failover_tolerates_task(finished, h, true),
+                    "{l} {finished}"
+                );
+            }
+        }
+        // 2.0.9 skips rows with no host or no submit time; 3.x does not
+        assert!(!DsLine::V2_0.master_failover_tolerates_task(1, None, true));
+        assert!(!DsLine::V2_0.master_failover_tolerates_task(1, Some("NULL"), true));
+        assert!(!DsLine::V2_0.master_failover_tolerates_task(1, h, false));
+        assert!(DsLine::V3_1.master_failover_tolerates_task(0, None, false));
+        assert!(
+            !DsLine::V3_0.master_failover_tolerates_task(16, h, true),
+            "3.0 BLOCK is finished"
+        );
+    }
+
+    #[test]
+    fn workflow_terminal() {
+        assert!(!DsLine::V3_2.is_workflow_terminal(1));
+        assert!(DsLine::V3_2.is_workflow_terminal(7));
+        assert!(!DsLine::V3_3.is_workflow_terminal(18));
     }
 
     #[test]

@@ -262,7 +262,7 @@ pub fn plan_workflows(
     let mut taken = taken;
     let mut findings = Vec::new();
     for wf in workflows {
-        let Some(mut f) = judge(view, valid_since, wf, now, line, policy) else {
+        let Some(mut f) = judge(view, valid_since, wf, now, line, policy, startup_settle) else {
             continue;
         };
         if f.disposition == Disposition::Act {
@@ -289,6 +289,7 @@ fn judge(
     now: Instant,
     line: DsLine,
     policy: &WorkflowPolicy,
+    settle: Duration,
 ) -> Option<WorkflowFinding> {
     // NULL / 'NULL' / empty: in DS's own failover hands, not judged.
     let master = wf.host.as_deref().filter(|h| !host::is_empty(Some(h)))?;
@@ -336,6 +337,28 @@ fn judge(
     };
     let mut action = policy.decide(reason, wf, alive);
     let mut note = None;
+    if action == WorkflowAction::Recover
+        && !line.master_failover_workflow_states().contains(&wf.state)
+    {
+        // recover writes DS's failover rows: for a state DS's failover
+        // never picks up, the master taking the command would get a
+        // workflow it does not expect.
+        note = Some(format!(
+            "workflow state {} ({}) is not one DS's own master failover handles on line {line}; recover downgraded to report",
+            wf.state,
+            workflow_state_name(wf.state).unwrap_or("UNKNOWN")
+        ));
+        action = WorkflowAction::Report;
+    }
+    // 1.3-3.2: DS's pass writes the workflows it read unconditionally; a
+    // write of ours in between means two commands (SPEC §13).
+    if action == WorkflowAction::Recover
+        && line.failover_writes_unconditionally()
+        && view.ds_failover_in_progress(master, now, settle)
+    {
+        note = Some(crate::plan::DS_FAILOVER_IN_PROGRESS.to_string());
+        action = WorkflowAction::Report;
+    }
     if action == WorkflowAction::Recover {
         // DS's failover would stop or re-mark tasks it reaches by RPC; we do not.
         if let Some(h) = wf

@@ -257,3 +257,90 @@ fn check_counts_a_never_seen_master_as_lost_for_an_unknown_time() {
     assert_eq!(f[0].reason, WorkflowReason::WorkflowMasterLost);
     assert_eq!(f[0].evidence.absent_for_seconds, None);
 }
+
+fn run_on(
+    v: &RegistryView,
+    w: &[WorkflowCandidate],
+    now: i64,
+    line: DsLine,
+    settle: Duration,
+) -> Vec<WorkflowFinding> {
+    plan_workflows(v, w, t(now), line, &recovering(), settle, 50, 0, &safety()).0
+}
+
+#[test]
+fn recover_only_for_the_workflow_states_the_lines_own_failover_handles() {
+    let mut v = view();
+    v.remove(NodeKind::Master, "m1:5678", t(0));
+    let cases = [
+        (DsLine::V1_3, 0, true),
+        (DsLine::V1_3, 12, false),
+        (DsLine::V2_0, 12, true),
+        (DsLine::V3_0, 17, true),
+        (DsLine::V3_1, 17, false),
+        (DsLine::V3_2, 14, false),
+        (DsLine::V3_2, 15, false),
+        (DsLine::V3_2, 4, true),
+        (DsLine::V3_3, 0, false),
+        (DsLine::V3_3, 2, true),
+    ];
+    for (line, state, recovers) in cases {
+        let mut w = wf(1, Some("m1:5678"));
+        w.state = state;
+        let f = run_on(&v, &[w], 1000, line, Duration::ZERO);
+        assert_eq!(f.len(), 1, "{line} {state}");
+        assert_eq!(f[0].reason, WorkflowReason::WorkflowMasterLost);
+        if recovers {
+            assert_eq!(f[0].action, WorkflowAction::Recover, "{line} {state}");
+            assert_eq!(f[0].disposition, Disposition::Act);
+            assert_eq!(f[0].note, None);
+        } else {
+            assert_eq!(f[0].action, WorkflowAction::Report, "{line} {state}");
+            assert_eq!(f[0].disposition, Disposition::Report);
+            let note = f[0].note.as_deref().unwrap_or_default();
+            assert!(
+                note.contains("not one DS's own master failover handles"),
+                "{line} {state}: {note}"
+            );
+        }
+    }
+}
+
+#[test]
+fn no_recover_while_ds_fails_the_owning_master_over_on_1_3_to_3_2() {
+    let settle = Duration::from_secs(30);
+    let mut v = view();
+    v.remove(NodeKind::Master, "m1:5678", t(0));
+    v.observe_failover_lock("m1:5678", 1, t(900));
+    let w = [wf(1, Some("m1:5678"))];
+    for line in [
+        DsLine::V1_3,
+        DsLine::V2_0,
+        DsLine::V3_0,
+        DsLine::V3_1,
+        DsLine::V3_2,
+    ] {
+        let f = run_on(&v, &w, 1000, line, settle);
+        assert_eq!(f[0].action, WorkflowAction::Report, "{line}");
+        assert_eq!(f[0].disposition, Disposition::Report, "{line}");
+        assert_eq!(
+            f[0].note.as_deref(),
+            Some("ds_failover_in_progress"),
+            "{line}"
+        );
+    }
+    // 3.3's own update is conditional: no guard needed
+    let f = run_on(&v, &w, 1000, DsLine::V3_3, settle);
+    assert_eq!(f[0].action, WorkflowAction::Recover);
+    // another master's failover does not hold this one back
+    let other = [wf(2, Some("m9:5678"))];
+    let f = run_on(&v, &other, 1000, DsLine::V3_2, settle);
+    assert_eq!(f[0].action, WorkflowAction::Recover);
+    // released: held back for startup_settle more, then recovered
+    v.observe_failover_lock("m1:5678", 0, t(1000));
+    let f = run_on(&v, &w, 1029, DsLine::V3_2, settle);
+    assert_eq!(f[0].note.as_deref(), Some("ds_failover_in_progress"));
+    let f = run_on(&v, &w, 1030, DsLine::V3_2, settle);
+    assert_eq!(f[0].action, WorkflowAction::Recover);
+    assert_eq!(f[0].disposition, Disposition::Act);
+}
