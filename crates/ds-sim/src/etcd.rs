@@ -351,6 +351,72 @@ impl Drop for EtcdSimServer {
     }
 }
 
+/// A lock held the way DS's etcd registry holds one (3.1.9/3.2.2
+/// `EtcdRegistry.acquireLock`): a lease of its own and etcd's lock API on
+/// the lock path behind the namespace (jetcd prefixes lock names with it),
+/// which puts `<namespace><lock>/<lease hex>`; DS releases by revoking the lease.
+pub struct EtcdSimLock {
+    client: Client,
+    lease: i64,
+    key: String,
+    released: bool,
+}
+
+impl EtcdSimLock {
+    /// Acquires the lock at `lock` (a registry path, e.g.
+    /// `/lock/master-failover/10.0.0.5:5678`); waits while another holds it.
+    pub async fn hold(
+        endpoints: &[String],
+        namespace: &str,
+        lock: &str,
+        ttl: Duration,
+    ) -> anyhow::Result<EtcdSimLock> {
+        let client = connect(endpoints).await?;
+        let ttl = i64::try_from(ttl.as_secs().max(2)).unwrap_or(60);
+        let lease = call(client.lease_client().grant(ttl, None)).await?.id();
+        let name = format!("{namespace}{}", lock.trim_end_matches('/'));
+        let resp = call(client.lock_client().lock(
+            name.as_str(),
+            Some(etcd_client::LockOptions::new().with_lease(lease)),
+        ))
+        .await
+        .with_context(|| format!("locking {name}"))?;
+        let key = String::from_utf8_lossy(resp.key()).into_owned();
+        Ok(EtcdSimLock {
+            client,
+            lease,
+            key,
+            released: false,
+        })
+    }
+
+    /// The lock's key (`<namespace><lock>/<lease hex>`).
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Releases as DS does: revokes the lease, which deletes the key.
+    pub async fn release(mut self) -> anyhow::Result<()> {
+        self.released = true;
+        call(self.client.lease_client().revoke(self.lease)).await?;
+        Ok(())
+    }
+}
+
+impl Drop for EtcdSimLock {
+    fn drop(&mut self) {
+        if !self.released {
+            let mut lc = self.client.lease_client();
+            let lease = self.lease;
+            if let Ok(h) = tokio::runtime::Handle::try_current() {
+                h.spawn(async move {
+                    let _ = lc.revoke(lease).await;
+                });
+            }
+        }
+    }
+}
+
 /// Deletes every key under `prefix` (a test's namespace), so tests leave the
 /// shared server clean. Refuses an empty prefix.
 pub async fn delete_prefix(endpoints: &[String], prefix: &str) -> anyhow::Result<i64> {

@@ -611,6 +611,97 @@ impl RegistryDb {
     }
 }
 
+/// A lock held the way DS's database registry holds one (3.1.9
+/// `MysqlOperator.tryToAcquireLock`, 3.2.2 `JdbcOperator.tryToAcquireLock`):
+/// one row per lock key (unique), `lock_owner` `ip_pid[_thread]`, `last_term`
+/// the holder's clock, refreshed every term-refresh-interval by
+/// `RegistryLockManager`'s task; release deletes the row by id. A waiter
+/// writes nothing (it retries the insert), so a row is a holder.
+pub struct SimJdbcLock {
+    db: RegistryDb,
+    id: i64,
+    task: Option<JoinHandle<()>>,
+}
+
+impl SimJdbcLock {
+    /// Inserts the lock row for `lock` (e.g. `/lock/master-failover/10.0.0.5:5678`)
+    /// and refreshes its term every `refresh`; fails while another holds it.
+    pub async fn hold(db: &SimRegistryDb, lock: &str, refresh: Duration) -> Result<SimJdbcLock> {
+        let (table, key) = lock_table(db.tables())?;
+        let owner = format!("10.0.0.99_{}", sim_pid());
+        let db = db.db.clone();
+        let id = db
+            .insert(
+                &format!("INSERT INTO {table} ({key}, lock_owner, last_term) VALUES (?, ?, ?)"),
+                vec![
+                    V::S(lock.to_string()),
+                    V::S(owner),
+                    V::I(Utc::now().timestamp_millis()),
+                ],
+            )
+            .await
+            .with_context(|| format!("inserting the lock row of {lock}"))?;
+        let refresher = db.clone();
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(refresh.max(Duration::from_millis(50)));
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let sql = format!("UPDATE {table} SET last_term = ? WHERE id = ?");
+                let args = vec![V::I(Utc::now().timestamp_millis()), V::I(id)];
+                if let Err(e) = refresher.exec(&sql, args).await {
+                    tracing::debug!(error = %e, "sim lock term refresh failed");
+                }
+            }
+        });
+        Ok(SimJdbcLock {
+            db,
+            id,
+            task: Some(task),
+        })
+    }
+
+    /// Releases as DS does: deletes the row by id.
+    pub async fn release(mut self) -> Result<()> {
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+        let (table, _) = lock_table(self.db.tables)?;
+        self.db
+            .exec(
+                &format!("DELETE FROM {table} WHERE id = ?"),
+                vec![V::I(self.id)],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// The holder dies: its row stays, its term ages.
+    pub fn crash(mut self) {
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+    }
+}
+
+impl Drop for SimJdbcLock {
+    fn drop(&mut self) {
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+    }
+}
+
+/// The lock table and its key column; 3.3's lock rows carry no term and
+/// need no guard (SPEC §13), so they are not simulated.
+fn lock_table(t: Tables) -> Result<(&'static str, &'static str)> {
+    match t {
+        Tables::MySql31 => Ok(("t_ds_mysql_registry_lock", "`key`")),
+        Tables::Term32 => Ok(("t_ds_jdbc_registry_lock", "lock_key")),
+        Tables::Client33 => bail!("3.3's registry locks are not simulated"),
+    }
+}
+
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// A fresh id for a 3.3 client (DS: `CodeGenerateUtils.genCode()`, a snowflake-like long).

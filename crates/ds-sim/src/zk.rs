@@ -611,6 +611,87 @@ pub async fn task_queue_entries(connect: &str, root: &str) -> anyhow::Result<Vec
     }
 }
 
+/// The master-failover lock DS takes before failing over `master`, relative
+/// to the root; None where DS's failover needs no guard (3.3+). From DS's
+/// source: 1.2.1/1.3.9 `ZKMasterClient` lock `/lock/failover/masters` for every
+/// master; 2.0.2–2.0.9 `MasterRegistryClient.getFailoverLockPath` and
+/// 3.0–3.1 `MasterFailoverService.failoverMaster` lock
+/// `/lock/failover/masters/<host>` (2.0.0–2.0.1 still the single lock: see
+/// [`FAILOVER_MASTERS_LOCK`]); 3.2 `/lock/master-failover/<host>`.
+pub fn failover_lock_path(line: DsLine, master: &str) -> Option<String> {
+    match line {
+        DsLine::V1_2 | DsLine::V1_3 => Some(FAILOVER_MASTERS_LOCK.to_string()),
+        DsLine::V2_0 | DsLine::V3_0 | DsLine::V3_1_0 | DsLine::V3_1 => {
+            Some(format!("{FAILOVER_MASTERS_LOCK}/{master}"))
+        }
+        DsLine::V3_2 => Some(format!("/lock/master-failover/{master}")),
+        DsLine::V3_3 => None,
+    }
+}
+
+/// 1.2, 1.3 and 2.0.0–2.0.1's one master-failover lock.
+pub const FAILOVER_MASTERS_LOCK: &str = "/lock/failover/masters";
+
+/// A Curator-style protection id (`_c_<uuid>-`): random enough for tests.
+pub(crate) fn lock_uuid() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut out = String::new();
+    for _ in 0..2 {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(Utc::now().timestamp_nanos_opt().unwrap_or(0) as u128);
+        out.push_str(&format!("{:016x}", h.finish()));
+    }
+    format!(
+        "{}-{}-{}-{}-{}",
+        &out[0..8],
+        &out[8..12],
+        &out[12..16],
+        &out[16..20],
+        &out[20..32]
+    )
+}
+
+/// A lock held the way DS's ZooKeeper registry holds one: Curator's
+/// `InterProcessMutex` creates the lock path (container parents) and an
+/// ephemeral sequential `_c_<uuid>-lock-<seq>` child on its own session;
+/// release deletes the child, the session's end removes it too.
+pub struct SimZkLock {
+    client: Option<zk::Client>,
+    node: String,
+}
+
+impl SimZkLock {
+    /// Holds (or waits in line for) the lock at `lock` (relative to `root`).
+    pub async fn hold(connect: &str, root: &str, lock: &str) -> anyhow::Result<SimZkLock> {
+        let client = call(zk::Client::connect(connect)).await?;
+        let path = format!("{}{}", root_prefix(root), lock.trim_end_matches('/'));
+        let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        call(client.mkdir(&path, &persistent)).await?;
+        let prefix = format!("{path}/_c_{}-lock-", lock_uuid());
+        let seq_mode = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+        let (_, seq) = call(client.create(&prefix, b"10.0.0.99", &seq_mode))
+            .await
+            .with_context(|| format!("creating a lock node under {path}"))?;
+        Ok(SimZkLock {
+            client: Some(client),
+            node: format!("{prefix}{seq}"),
+        })
+    }
+
+    /// The full path of the lock node.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// Releases the lock as Curator does: deletes the lock node.
+    pub async fn release(mut self) -> anyhow::Result<()> {
+        if let Some(c) = self.client.take() {
+            call(c.delete(&self.node, None)).await?;
+        }
+        Ok(())
+    }
+}
+
 /// Deletes a whole test root recursively (best effort), so tests leave the
 /// shared server clean.
 pub async fn delete_tree(connect: &str, root: &str) -> anyhow::Result<()> {
