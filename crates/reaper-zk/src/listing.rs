@@ -2,10 +2,14 @@
 //! under the DS root, with their data:
 //! the reads that end every gap in sight. In auto mode a direct child of
 //! `/nodes/worker` is a worker if ephemeral (3.1.1+) or a group directory
-//! (1.3 – 3.1.0) whose children are the workers.
+//! (1.3 – 3.1.0) whose children are the workers. DS's master-failover locks
+//! are read alongside ([`list_locks`]).
 
 use crate::{bounded, ZkError};
-use reaper_core::registry::{classify, LayoutMode, ListedNode, Listing, NodeClass};
+use reaper_core::registry::{
+    classify, is_lock_node, FailoverLockLayout, LayoutMode, ListedNode, Listing, NodeClass,
+};
+use std::collections::HashMap;
 use std::time::Duration;
 use zookeeper_client as zk;
 
@@ -91,4 +95,52 @@ pub(crate) async fn list_all(
         }
     }
     Ok(Listing { nodes, legacy_dir })
+}
+
+/// Reads DS's master-failover locks (SPEC §13) under `root`: per master (or
+/// [`reaper_core::view::ANY_MASTER`]) how many Curator lock nodes — holders
+/// and waiters — sit under its lock. A lock path that does not exist has none.
+pub(crate) async fn list_locks(
+    client: &zk::Client,
+    root: &str,
+    layout: &FailoverLockLayout,
+    rt: Duration,
+) -> Result<HashMap<String, usize>, ZkError> {
+    let children = |rel: String| {
+        let path = format!("{root}{rel}");
+        async move {
+            match bounded(rt, client.list_children(&path)).await {
+                Ok(c) => Ok((rel, c)),
+                Err(ZkError::Zk(zk::Error::NoNode)) => Ok((rel, Vec::new())),
+                Err(e) => Err(e),
+            }
+        }
+    };
+    let mut holders: HashMap<String, usize> = HashMap::new();
+    let dirs = layout.dirs.iter().map(|d| children(d.path.to_string()));
+    let mut per_host = Vec::new();
+    for r in futures::future::join_all(dirs).await {
+        let (rel, kids) = r?;
+        for kid in kids {
+            if is_lock_node(&kid) {
+                if let Some(m) = layout.lock_of(&rel) {
+                    *holders.entry(m).or_default() += 1;
+                }
+            } else {
+                let lock = format!("{rel}/{kid}");
+                if let Some(m) = layout.lock_of(&lock) {
+                    per_host.push((m, children(lock)));
+                }
+            }
+        }
+    }
+    let (masters, reads): (Vec<_>, Vec<_>) = per_host.into_iter().unzip();
+    for (m, r) in masters
+        .into_iter()
+        .zip(futures::future::join_all(reads).await)
+    {
+        let (_, kids) = r?;
+        *holders.entry(m).or_default() += kids.len();
+    }
+    Ok(holders)
 }

@@ -11,15 +11,21 @@
 //! which copies the view out of it when asked; membership changes also wake
 //! the engine at once.
 //!
+//! DS's master-failover locks (SPEC §13) are watched the same way, one
+//! recursive watch per lock directory of the line; the locks are read with
+//! every listing and read again on any event under them (they change only
+//! when a failover pass starts or ends). A lock read that fails is a gap:
+//! what ds-reaper does not know about DS's failover it must not act on.
+//!
 //! [`Registry`]: crate::Registry
 
-use crate::listing::list_all;
+use crate::listing::{list_all, list_locks};
 use crate::registry::{lock, Inner, Shared};
 use crate::session::{terminal, Outcome};
 use crate::{bounded, ZkError};
 use chrono::Utc;
 use reaper_core::registry::{
-    may_concern_servers, Backoff, Changes, Gap, Membership, NodeEvent, Note,
+    may_concern_servers, Backoff, Changes, FailoverLockLayout, Gap, Membership, NodeEvent, Note,
 };
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -39,14 +45,36 @@ const FLUSH_TICK: Duration = Duration::from_millis(500);
 pub(crate) struct Watcher {
     pub(crate) inner: Arc<Inner>,
     coalesce: Coalescer,
+    /// Where the line's master-failover locks are.
+    locks: FailoverLockLayout,
 }
 
 impl Watcher {
     pub(crate) fn new(inner: Arc<Inner>) -> Self {
+        let locks = FailoverLockLayout::for_line(inner.settings.line);
         Watcher {
             inner,
             coalesce: Coalescer::default(),
+            locks,
         }
+    }
+
+    /// Whether a path relative to the root lies under a failover lock directory.
+    fn under_locks(&self, rel: &str) -> bool {
+        self.locks.dirs.iter().any(|d| {
+            rel.strip_prefix(d.path)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        })
+    }
+
+    /// Reads the locks afresh and records them.
+    async fn reread_locks(&mut self, client: &zk::Client) -> Result<(), String> {
+        let rt = self.inner.settings.request_timeout;
+        let held = list_locks(client, &self.inner.root, &self.locks, rt)
+            .await
+            .map_err(|e| format!("reading DS's failover locks: {e}"))?;
+        self.change(|m| m.apply_failover_locks(&held, Utc::now()));
+        Ok(())
     }
 
     /// Runs `f` on the membership machine (never across an await).
@@ -139,7 +167,8 @@ impl Watcher {
                 .server_dirs()
                 .iter()
                 .map(|d| d.to_string())
-                .chain(agents.clone());
+                .chain(agents.clone())
+                .chain(self.locks.dirs.iter().map(|d| d.path.to_string()));
             for dir in dirs {
                 let path = self.full(&dir);
                 match bounded(
@@ -165,9 +194,21 @@ impl Watcher {
                 }
                 continue 'conn;
             }
-            match list_all(client, &self.inner.root, mode, agents.as_deref(), rt).await {
-                Ok(listing) => {
-                    let c = self.change(|m| m.apply_listing(listing, Utc::now()));
+            let listed = async {
+                let listing =
+                    list_all(client, &self.inner.root, mode, agents.as_deref(), rt).await?;
+                let held = list_locks(client, &self.inner.root, &self.locks, rt).await?;
+                Ok::<_, ZkError>((listing, held))
+            };
+            match listed.await {
+                Ok((listing, held)) => {
+                    // One step: no reader sees the view valid before the locks are in it.
+                    let c = self.change(|m| {
+                        let now = Utc::now();
+                        let mut c = m.apply_listing(listing, now);
+                        c.publish |= m.apply_failover_locks(&held, now).publish;
+                        c
+                    });
                     self.coalesce.listed(&c.read);
                     backoff.reset();
                 }
@@ -208,7 +249,15 @@ impl Watcher {
                         while let Ok(e) = rx.try_recv() {
                             batch.push(e);
                         }
-                        self.handle_batch(client, batch).await;
+                        if let Err(reason) = self.handle_batch(client, batch).await {
+                            self.inner.error();
+                            tracing::warn!(%reason, "re-listing the registry");
+                            self.invalidate(Gap::Connection, reason);
+                            if let Err(o) = self.pause(&mut states, backoff).await {
+                                break 'conn o;
+                            }
+                            continue 'conn;
+                        }
                     }
                     _ = tick.tick() => {
                         self.flush_dirty(client).await;
@@ -221,9 +270,16 @@ impl Watcher {
         outcome
     }
 
-    async fn handle_batch(&mut self, client: &zk::Client, batch: Vec<zk::WatchedEvent>) {
+    /// Applies a batch of events; an error is a failed lock read (the
+    /// caller ends the connection's watches and lists everything again).
+    async fn handle_batch(
+        &mut self,
+        client: &zk::Client,
+        batch: Vec<zk::WatchedEvent>,
+    ) -> Result<(), String> {
         // The last event per path decides; creations are read at once.
         let inner = self.inner.clone();
+        let mut locks_changed = false;
         let (order, last) = {
             let shared = lock(&inner.shared);
             let machine = &shared.membership;
@@ -234,6 +290,10 @@ impl Watcher {
                 let Some(rel) = self.rel(&ev.path).map(str::to_string) else {
                     continue;
                 };
+                if self.under_locks(&rel) {
+                    locks_changed = true;
+                    continue;
+                }
                 let agent = machine.agent_worker(&rel).is_some();
                 if !agent && !may_concern_servers(mode, &rel) {
                     continue;
@@ -262,8 +322,11 @@ impl Watcher {
             }
             (order, last)
         };
+        if locks_changed {
+            self.reread_locks(client).await?;
+        }
         if order.is_empty() {
-            return;
+            return Ok(());
         }
         let now = Utc::now();
         let mut events: Vec<NodeEvent> = Vec::new();
@@ -305,6 +368,7 @@ impl Watcher {
         }
         let c = self.change(|m| m.apply(events, now));
         self.coalesce.read(&c.read);
+        Ok(())
     }
 
     async fn flush_dirty(&mut self, client: &zk::Client) {
