@@ -114,6 +114,12 @@ impl Publisher for Discard {
     fn workers(&self) -> BoxFuture<'_, Result<Vec<RegisteredWorker>, PublishError>> {
         async { Ok(vec![]) }.boxed()
     }
+    fn worker<'a>(
+        &'a self,
+        _: &'a str,
+    ) -> BoxFuture<'a, Result<Option<RegisteredWorker>, PublishError>> {
+        async { Ok(None) }.boxed()
+    }
     fn connected(&self) -> bool {
         true
     }

@@ -7,6 +7,8 @@ use crate::host::RegisteredWorker;
 use crate::publish::{PublishError, Publisher};
 use futures::future::BoxFuture;
 use reaper_core::agent::AgentReport;
+use reaper_core::view::NodeInfo;
+use reaper_core::DsLine;
 use reaper_etcd::{EtcdAgentPublisher, EtcdRegistry, EtcdSettings};
 use tokio_util::sync::CancellationToken;
 
@@ -26,6 +28,20 @@ impl Eq for EtcdTarget {}
 impl PartialEq for EtcdTarget {
     fn eq(&self, o: &Self) -> bool {
         self.0.endpoints == o.0.endpoints && self.0.namespace == o.0.namespace
+    }
+}
+
+/// A worker of the etcd view; the lines are the whole registry's (the view
+/// keeps no format per node).
+fn registered(n: &NodeInfo, lines: &[DsLine]) -> RegisteredWorker {
+    RegisteredWorker {
+        name: n.host.clone(),
+        heartbeat_host: n
+            .address
+            .as_deref()
+            .and_then(|a| a.rsplit_once(':').map(|(h, _)| h.to_string())),
+        process_id: n.process_id,
+        lines: lines.to_vec(),
     }
 }
 
@@ -79,17 +95,30 @@ impl Publisher for EtcdPublisher {
             if !view.is_valid() {
                 return Err(PublishError::new("the etcd registry view is not valid yet"));
             }
+            let lines = self.registry.detected().lines;
             Ok(view
                 .workers
                 .values()
-                .map(|n| RegisteredWorker {
-                    name: n.host.clone(),
-                    heartbeat_host: n
-                        .address
-                        .as_deref()
-                        .and_then(|a| a.rsplit_once(':').map(|(h, _)| h.to_string())),
-                })
+                .map(|n| registered(n, &lines))
                 .collect())
+        })
+    }
+
+    fn worker<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<RegisteredWorker>, PublishError>> {
+        Box::pin(async move {
+            let view = self.registry.view();
+            if !view.is_valid() {
+                return Err(PublishError::new("the etcd registry view is not valid yet"));
+            }
+            let lines = self.registry.detected().lines;
+            let name = reaper_core::host::normalize(name);
+            Ok(view
+                .workers
+                .get(name.as_ref())
+                .map(|n| registered(n, &lines)))
         })
     }
 

@@ -4,6 +4,8 @@
 //! from the proc filesystem (`net/fib_trie`'s local addresses and
 //! `net/if_inet6`), its name from `sys/kernel/hostname`: no unsafe code.
 
+use reaper_core::registry::{heartbeat, Detected};
+use reaper_core::{DsLine, HeartbeatFormat, RegistryLayout, Zone};
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv6Addr};
 use std::path::Path;
@@ -15,6 +17,32 @@ pub struct RegisteredWorker {
     pub name: String,
     /// The `host` of its heartbeat (3.2+), when it has one.
     pub heartbeat_host: Option<String>,
+    /// The heartbeat's `processId`: the worker JVM's pid on this host.
+    pub process_id: Option<i64>,
+    /// The DS lines the node's layout and heartbeat format allow (empty:
+    /// none, they contradict each other).
+    pub lines: Vec<DsLine>,
+}
+
+impl RegisteredWorker {
+    /// A worker node named `name` in `layout` with heartbeat `data`.
+    pub fn from_node(name: &str, layout: Option<RegistryLayout>, data: &[u8]) -> RegisteredWorker {
+        let parsed = heartbeat::parse(data, Zone::Local).ok();
+        let format = parsed.as_ref().map(|(_, f)| *f);
+        // only 2.0.6-2.0.9 wrote 14 CSV fields
+        let csv14 = format == Some(HeartbeatFormat::CsvEpoch)
+            && data.iter().filter(|b| **b == b',').count() == 13;
+        let hb = parsed.map(|(hb, _)| hb);
+        RegisteredWorker {
+            name: name.to_string(),
+            heartbeat_host: hb
+                .as_ref()
+                .and_then(|h| h.address.as_deref())
+                .map(|a| host_part(a).to_string()),
+            process_id: hb.and_then(|h| h.process_id),
+            lines: Detected::from_evidence(layout, format, csv14).lines,
+        }
+    }
 }
 
 /// What this host is known as.
@@ -155,7 +183,31 @@ mod tests {
         RegisteredWorker {
             name: name.into(),
             heartbeat_host: None,
+            process_id: None,
+            lines: vec![],
         }
+    }
+
+    #[test]
+    fn a_node_tells_its_jvm_and_lines() {
+        let w = RegisteredWorker::from_node(
+            "10.0.0.5:1234",
+            Some(RegistryLayout::Flat),
+            br#"{"processId":4242,"startupTime":1729245600000,"reportTime":1729249200000,"serverStatus":"NORMAL","host":"10.0.0.5","port":1234}"#,
+        );
+        assert_eq!(w.process_id, Some(4242));
+        assert_eq!(w.heartbeat_host.as_deref(), Some("10.0.0.5"));
+        assert_eq!(w.lines, vec![DsLine::V3_2, DsLine::V3_3]);
+        let w = RegisteredWorker::from_node(
+            "10.0.0.5:1234",
+            Some(RegistryLayout::Grouped),
+            b"0.15,0.62,120.0,1.2,12.5,32.0,0.3,1685440000000,1685440010000,0,4243,100,100,0",
+        );
+        assert_eq!((w.process_id, w.lines), (Some(4243), vec![DsLine::V2_0]));
+        // 1.3 before its first heartbeat: no pid, the layout's lines
+        let w = RegisteredWorker::from_node("10.0.0.5:1234", Some(RegistryLayout::Grouped), b"");
+        assert_eq!(w.process_id, None);
+        assert!(w.lines.contains(&DsLine::V1_3) && !w.lines.contains(&DsLine::V3_2));
     }
 
     #[test]
@@ -198,8 +250,8 @@ mod tests {
         );
         // by the heartbeat's host when the node name is something else
         let renamed = RegisteredWorker {
-            name: "ds-worker-a:1234".into(),
             heartbeat_host: Some("10.0.1.11".into()),
+            ..w("ds-worker-a:1234")
         };
         assert_eq!(
             pick(&[renamed, w("10.0.1.12:1234")], &m),

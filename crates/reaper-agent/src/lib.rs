@@ -1,10 +1,13 @@
 //! The worker-host agent of ds-reaper (`ds-reaper agent`, SPEC §12).
 //!
 //! Whether a task's process still exists can only be seen on the worker
-//! host. Every `scan_interval` the agent reads the working directory of every
-//! process; DS starts each command-type task process in the task's execute
-//! path, so a process working in (or below) `<exec_base>/exec/process/…` is
-//! that task's ([`execpath`]). It publishes what it saw as the data of an
+//! host. Every `scan_interval` the agent reads every process; DS starts each
+//! command-type task process in the task's execute path, running the task's
+//! command file there, so a process working in (or below)
+//! `<exec_base>/exec/process/…`, one running that command file, and every
+//! descendant of such a process is that task's ([`execpath`], [`scan`]). It
+//! is blind — proves nothing — while the process folder is missing or the
+//! worker's JVM is not in its sight. It publishes what it saw as the data of an
 //! ephemeral node `<root>/<agent.path>/<worker>` in a registry session of its
 //! own, rewritten after every scan (the rewrite is its heartbeat), and serves
 //! `/healthz`, `/readyz` and `/metrics`. It never signals a process and never
@@ -58,6 +61,10 @@ pub struct AgentSettings {
     /// `agent.exec_base`: DS's `data.basedir.path` (1.2: the parent of
     /// `process.exec.basepath`), as the worker's processes see it.
     pub exec_base: PathBuf,
+    /// `agent.process_dir`: the folder holding the per-project task folders,
+    /// where it is not `<exec_base>/exec/process` (1.2's
+    /// `process.exec.basepath` need not end in `exec`); None: derived.
+    pub process_dir: Option<PathBuf>,
     /// `agent.scan_interval` (at least 100 ms is used).
     pub scan_interval: Duration,
     /// `agent.path`: under the registry root, e.g. `ds-reaper/agents`.
@@ -87,6 +94,7 @@ impl AgentSettings {
         AgentSettings {
             worker: None,
             exec_base: PathBuf::from("/tmp/dolphinscheduler"),
+            process_dir: None,
             scan_interval: Duration::from_secs(10),
             path: "ds-reaper/agents".into(),
             listen: SocketAddr::from(([127, 0, 0, 1], 9478)),
@@ -104,6 +112,11 @@ impl AgentSettings {
                 "agent.exec_base {:?} must be an absolute path",
                 self.exec_base
             ));
+        }
+        if let Some(d) = &self.process_dir {
+            if !d.is_absolute() {
+                bad.push(format!("agent.process_dir {d:?} must be an absolute path"));
+            }
         }
         if self.scan_interval.is_zero() {
             bad.push("agent.scan_interval must be positive".to_string());
@@ -181,6 +194,7 @@ mod tests {
         assert_eq!(s.clone().validated().unwrap().path, "ds-reaper/agents");
         let bad = AgentSettings {
             exec_base: "relative".into(),
+            process_dir: Some("rel/process".into()),
             scan_interval: Duration::ZERO,
             path: "/".into(),
             worker: Some("a/b".into()),
@@ -189,7 +203,13 @@ mod tests {
         let e = bad.validated().unwrap_err();
         assert_eq!(e.exit_code(), 2);
         let msg = e.to_string();
-        for part in ["exec_base", "scan_interval", "agent.path", "agent.worker"] {
+        for part in [
+            "exec_base",
+            "process_dir",
+            "scan_interval",
+            "agent.path",
+            "agent.worker",
+        ] {
             assert!(msg.contains(part), "{msg}");
         }
     }

@@ -14,6 +14,9 @@ use std::os::fd::OwnedFd;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
+/// How much of a command line is read.
+const CMDLINE_MAX: usize = 64 * 1024;
+
 /// Capability numbers (linux/capability.h).
 pub const CAP_DAC_READ_SEARCH: u32 = 2;
 pub const CAP_SYS_PTRACE: u32 = 19;
@@ -25,6 +28,8 @@ pub struct ProcStat {
     pub state: u8,
     /// Field 4: the parent's pid.
     pub ppid: i32,
+    /// Field 7: the controlling terminal's device number; 0 for none.
+    pub tty_nr: i64,
     /// Field 9: the kernel's `PF_*` flags.
     pub flags: u64,
     /// Field 20: the number of threads.
@@ -44,6 +49,11 @@ impl ProcStat {
         matches!(self.state, b'Z' | b'X' | b'x') && self.threads <= 1
     }
 
+    /// Whether it has a controlling terminal (an operator's shell has one).
+    pub fn tty(&self) -> bool {
+        self.tty_nr != 0
+    }
+
     /// A kernel thread: never a task process.
     pub fn kernel_thread(&self) -> bool {
         self.flags & PF_KTHREAD != 0
@@ -60,14 +70,16 @@ pub fn parse_stat(data: &[u8]) -> Option<ProcStat> {
         .filter(|f| !f.is_empty());
     let num = |f: &[u8]| std::str::from_utf8(f).ok()?.parse::<i64>().ok();
     let state = *fields.next()?.first()?;
-    // after the state (field 3) come fields 4.. (ppid), 9 (flags), 22 (starttime)
+    // after the state (field 3) come fields 4 (ppid), 7 (tty_nr), 9 (flags), 22 (starttime)
     let ppid = i32::try_from(num(fields.next()?)?).ok()?;
-    let flags = u64::try_from(num(fields.nth(9 - 5)?)?).ok()?;
+    let tty_nr = num(fields.nth(7 - 5)?)?;
+    let flags = u64::try_from(num(fields.nth(9 - 8)?)?).ok()?;
     let threads = u64::try_from(num(fields.nth(20 - 10)?)?).ok()?;
     let start_ticks = u64::try_from(num(fields.nth(22 - 21)?)?).ok()?;
     Some(ProcStat {
         state,
         ppid,
+        tty_nr,
         flags,
         threads,
         start_ticks,
@@ -83,6 +95,12 @@ pub trait ProcSource: Send {
     /// The target of `/proc/<pid>/cwd`.
     fn cwd(&mut self, pid: i32) -> io::Result<PathBuf>;
     fn stat(&mut self, pid: i32) -> io::Result<ProcStat>;
+    /// `/proc/<pid>/cmdline`: the arguments, each ended by a NUL (a
+    /// kernel thread's and a zombie's are empty). Sources that know no
+    /// command lines answer empty ones.
+    fn cmdline(&mut self, _pid: i32) -> io::Result<Vec<u8>> {
+        Ok(Vec::new())
+    }
     /// The agent's own pid as this proc filesystem shows it (`self`), when known.
     fn self_pid(&mut self) -> Option<i32>;
     /// `btime` of `/proc/stat`: the boot time, in seconds since the epoch.
@@ -264,6 +282,33 @@ impl ProcSource for ProcFs {
         })
     }
 
+    fn cmdline(&mut self, pid: i32) -> io::Result<Vec<u8>> {
+        self.open_root()?;
+        self.set_path(pid, "cmdline");
+        let Some(root) = self.dir.as_ref() else {
+            return Err(io::ErrorKind::NotFound.into());
+        };
+        let fd = rustix::fs::openat(
+            root,
+            self.path.as_str(),
+            OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        // DS's command file is among the first arguments; a JVM's classpath
+        // may run to megabytes, which no command file lies beyond
+        let mut out = Vec::with_capacity(256);
+        let mut buf = [0u8; 4096];
+        while out.len() < CMDLINE_MAX {
+            let n = rustix::io::read(&fd, &mut buf)?;
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&buf[..n]);
+        }
+        out.truncate(CMDLINE_MAX);
+        Ok(out)
+    }
+
     fn self_pid(&mut self) -> Option<i32> {
         std::fs::read_link(self.root.join("self"))
             .ok()?
@@ -366,6 +411,7 @@ mod tests {
             Some(ProcStat {
                 state: b'S',
                 ppid: 1,
+                tty_nr: 0,
                 flags: 4194304,
                 threads: 1,
                 start_ticks: 987654
@@ -383,6 +429,10 @@ mod tests {
             !l.ended(),
             "a zombie leader with live threads is a live process"
         );
+        let tty = b"77 (bash) S 70 77 77 34816 77 4194560 100 0 0 0 0 0 0 0 20 0 1 0 55 0 0";
+        let t = parse_stat(tty).unwrap();
+        assert!(t.tty() && !s.tty());
+        assert_eq!((t.ppid, t.flags, t.start_ticks), (70, 4194560, 55));
         let kthread = b"2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 1 0 0 20 0 1 0 24 0 0";
         assert!(parse_stat(kthread).unwrap().kernel_thread());
         assert_eq!(parse_stat(b"garbage"), None);
@@ -402,6 +452,13 @@ mod tests {
         assert!(p.clock_ticks() >= 1);
         assert!(p.capabilities().is_some());
         assert_eq!(p.cwd(i32::MAX).unwrap_err().kind(), io::ErrorKind::NotFound);
+        let argv0 = std::env::args().next().unwrap();
+        let cmd = p.cmdline(me).unwrap();
+        assert_eq!(cmd.split(|b| *b == 0).next(), Some(argv0.as_bytes()));
+        assert_eq!(
+            p.cmdline(i32::MAX).unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
     }
 
     #[test]

@@ -36,6 +36,14 @@ pub trait Publisher: Send + Sync + 'static {
     /// The worker nodes registered now, for `agent.worker = "auto"`.
     fn workers(&self) -> BoxFuture<'_, Result<Vec<RegisteredWorker>, PublishError>>;
 
+    /// The worker node `name` as registered now (its heartbeat's JVM pid and
+    /// the lines it allows), or None while it is absent. Read after every
+    /// scan: it should cost a read or two, not a listing of every worker.
+    fn worker<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<RegisteredWorker>, PublishError>>;
+
     /// Whether the session is connected now.
     fn connected(&self) -> bool;
 

@@ -38,6 +38,11 @@ struct Status {
     last_report: Option<AgentReport>,
     /// Why the last publish failed; None after a success.
     publish_error: Option<String>,
+    /// The worker JVM's pid from the last heartbeat that carried one: kept
+    /// while the worker's node is absent (SPEC §12).
+    worker_pid: Option<i64>,
+    /// The lines the worker's node allows, when seen.
+    worker_lines: Option<Vec<reaper_core::DsLine>>,
 }
 
 pub(crate) struct Shared {
@@ -78,6 +83,9 @@ impl Shared {
                 ));
             }
             Some(_) => {}
+        }
+        if let Some(b) = st.last_scan.as_ref().and_then(|s| s.blind.as_ref()) {
+            why.push(format!("blind: {b}"));
         }
         if st.worker.is_none() {
             why.push(
@@ -173,7 +181,11 @@ impl Agent {
         let source = self
             .source
             .unwrap_or_else(|| Box::new(ProcFs::new(&settings.proc_root)));
-        let scanner = Scanner::new(source, ExecPaths::new(&settings.exec_base, settings.line));
+        let folder = settings
+            .process_dir
+            .clone()
+            .unwrap_or_else(|| settings.exec_base.join("exec").join("process"));
+        let scanner = Scanner::new(source, ExecPaths::with_folder(folder, settings.line));
         let shared = Arc::new(Shared {
             metrics: Metrics::new(),
             publisher: publisher.clone(),
@@ -272,6 +284,19 @@ async fn scan_loop(
         let Some(mut s) = scanner.take() else {
             return Err(AgentError::Internal("the scanner is gone".into()));
         };
+        let worker = identity(settings, shared).await;
+        if let Some(w) = &worker {
+            follow_worker(settings, shared, w).await;
+        }
+        {
+            let st = lock(&shared.status);
+            s.set_worker_pid(st.worker_pid);
+            if settings.line.is_none() {
+                if let Some(lines) = &st.worker_lines {
+                    s.set_lines(lines);
+                }
+            }
+        }
         let (s, scan) = tokio::task::spawn_blocking(move || {
             let scan = s.scan();
             (s, scan)
@@ -282,7 +307,6 @@ async fn scan_loop(
         seq += 1;
         observe(shared, &scan);
 
-        let worker = identity(settings, shared).await;
         let report = AgentReport {
             worker: worker.clone().unwrap_or_default(),
             agent_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -291,7 +315,7 @@ async fn scan_loop(
             scan_ms: scan.duration.as_millis().try_into().unwrap_or(u64::MAX),
             exec_base: exec_base.clone(),
             unreadable: scan.unreadable,
-            blind: None,
+            blind: scan.blind.clone(),
             tasks: scan.tasks.clone(),
         };
         lock(&shared.status).last_scan = Some(scan);
@@ -327,6 +351,47 @@ fn observe(shared: &Shared, scan: &Scan) {
         );
     } else if scan.unreadable == 0 && before > 0 {
         tracing::info!("every process is readable again");
+    }
+    let was = lock(&shared.status)
+        .last_scan
+        .as_ref()
+        .and_then(|s| s.blind.clone());
+    if scan.blind != was {
+        match &scan.blind {
+            Some(why) => {
+                tracing::warn!(why = %why, "the agent is blind: its reports prove nothing")
+            }
+            None => tracing::info!("the agent sees the process folder and the worker's JVM again"),
+        }
+    }
+}
+
+/// Reads the worker's node: the JVM pid its heartbeat carries and the lines
+/// its layout and format allow. An absent node or a failed read keeps what
+/// was seen last.
+async fn follow_worker(settings: &AgentSettings, shared: &Shared, worker: &str) {
+    if !shared.publisher.connected() {
+        return;
+    }
+    let node = match shared.publisher.worker(worker).await {
+        Ok(Some(n)) => n,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::debug!(error = %e, worker, "cannot read the worker's node; keeping what was seen");
+            return;
+        }
+    };
+    let mut st = lock(&shared.status);
+    if let Some(pid) = node.process_id {
+        if st.worker_pid != Some(pid) {
+            tracing::info!(worker, pid, "the worker's JVM, from its heartbeat");
+        }
+        st.worker_pid = Some(pid);
+    }
+    if settings.line.is_none() && st.worker_lines.as_ref() != Some(&node.lines) {
+        let names: Vec<&str> = node.lines.iter().map(|l| l.as_str()).collect();
+        tracing::info!(worker, lines = ?names, "reading execute paths as the lines the worker's node allows");
+        st.worker_lines = Some(node.lines);
     }
 }
 

@@ -1,26 +1,41 @@
-//! One scan of the host's processes: each process whose working directory is
-//! (or lies below) a DS execute path is mapped to its task instance (SPEC §12).
+//! One scan of the host's processes: which belong to which task instance
+//! (SPEC §12), and whether the agent sees what it must to prove anything.
 //!
-//! Per process the scan reads the `cwd` link; only for the few that sit in an
-//! execute path does it read `stat` (start time, zombie or not) and then the
-//! link once more. A pid is a process only together with its start time: the
-//! second read makes sure the start time and the directory belong to the same
-//! process, even if the pid was freed and reused in between. A process that
-//! vanished (ENOENT, ESRCH) or is a zombie is simply gone; one the agent may
-//! not read (EACCES, EPERM, or any other error) is counted as unreadable, and
-//! such a scan proves no absence — unless it cannot be a task's process at
-//! all: a kernel thread, or the agent itself or one of its ancestors (the
-//! init of a sandbox or container, which even root may be denied).
+//! A process belongs to a task when its command line names the task's
+//! command file, when it descends (by parent pid) from a process of the task,
+//! or when its working directory is, or lies below, the task's execute path
+//! — in that order, so a child that `cd`s into some other task's folder stays
+//! its own task's. A script may `cd` anywhere and its children inherit that:
+//! only the descent keeps them. A process is a pid together with its start
+//! time: membership is remembered from one scan to the next by both (a child
+//! whose script ended is reparented and would lose its descent), and a parent
+//! link counts only to a parent that started no later than its child (a pid
+//! freed and reused by a newer process is someone else).
+//!
+//! Per process the scan reads `stat`, `cwd` and `cmdline`; for one that
+//! shows a task it reads `stat` once more, so that start time and evidence
+//! belong to the same process. A process that vanished (ENOENT, ESRCH) or is
+//! a zombie is simply gone; one the agent may not read (EACCES, EPERM, or any
+//! other error) and cannot place in a task otherwise is counted as
+//! unreadable, and such a scan proves no absence — unless it cannot be a
+//! task's process at all: a kernel thread, or the agent itself or one of its
+//! ancestors (the init of a sandbox or container, which even root may be
+//! denied). The worker's JVM (its heartbeat's `processId`) is never a task's
+//! process; not seeing it makes the agent blind.
 
 use crate::execpath::{ExecPaths, TaskRef};
-use crate::proc::{has, ProcSource, CAP_DAC_READ_SEARCH, CAP_SYS_PTRACE};
-use reaper_core::agent::AgentTask;
-use std::collections::BTreeMap;
+use crate::proc::{has, ProcSource, ProcStat, CAP_DAC_READ_SEARCH, CAP_SYS_PTRACE};
+use reaper_core::agent::{AgentProcess, AgentTask};
+use reaper_core::DsLine;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::time::Duration;
 
 /// How many unreadable pids a scan keeps, for `/readyz` and the log.
 pub const FIRST_UNREADABLE: usize = 5;
+
+/// Longest parent chain followed; deeper is a loop in a racy snapshot.
+const MAX_DEPTH: usize = 512;
 
 /// What one scan found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -42,6 +57,9 @@ pub struct Scan {
     /// Why the scan is incomplete, naming what the agent lacks; None when
     /// every process was read.
     pub denied: Option<String>,
+    /// Why the agent cannot see what it must (the process folder, the
+    /// worker's JVM): such a scan proves nothing (SPEC §12).
+    pub blind: Option<String>,
 }
 
 /// How reading one process ended.
@@ -63,15 +81,57 @@ fn judge<T>(r: io::Result<T>) -> Read<T> {
     }
 }
 
-/// Scans a [`ProcSource`] for the task processes under one exec base.
+/// One live process as read.
+#[derive(Debug, Clone, Copy)]
+struct Proc {
+    ppid: i32,
+    start_ticks: u64,
+    tty: bool,
+    /// The task its command line names.
+    command: Option<TaskRef>,
+    /// The task its working directory says.
+    cwd: Option<TaskRef>,
+    /// Its `cwd` or `cmdline` was denied.
+    denied: bool,
+}
+
+/// Scans a [`ProcSource`] for the task processes in one process folder.
 pub struct Scanner {
     source: Box<dyn ProcSource>,
     paths: ExecPaths,
+    /// The worker JVM's pid from its heartbeat: the last one seen; None
+    /// while no heartbeat has been seen.
+    worker_pid: Option<i64>,
+    /// The last scan's members, by pid and start time.
+    known: HashMap<(i32, u64), TaskRef>,
 }
 
 impl Scanner {
     pub fn new(source: Box<dyn ProcSource>, paths: ExecPaths) -> Scanner {
-        Scanner { source, paths }
+        Scanner {
+            source,
+            paths,
+            worker_pid: None,
+            known: HashMap::new(),
+        }
+    }
+
+    /// The worker JVM's pid, from the latest heartbeat that carried one.
+    pub fn set_worker_pid(&mut self, pid: Option<i64>) {
+        self.worker_pid = pid;
+    }
+
+    /// Reads execute paths and command files as those of `lines` (what the
+    /// registry allows; all lines when empty).
+    pub fn set_lines(&mut self, lines: &[DsLine]) {
+        if self.paths.set_lines(lines) {
+            // what was read under another line's rules is not evidence
+            self.known.clear();
+        }
+    }
+
+    pub fn paths(&self) -> &ExecPaths {
+        &self.paths
     }
 
     /// Scans once; never fails: what it could not read, it counts.
@@ -90,6 +150,7 @@ impl Scanner {
             (Err(e), _) | (_, Err(e)) => {
                 scan.unreadable = 1;
                 scan.denied = Some(format!("cannot read the process table: {e}"));
+                scan.blind = self.blindness(false);
                 scan.duration = clock.elapsed();
                 return scan;
             }
@@ -99,49 +160,80 @@ impl Scanner {
         let hz = self.source.clock_ticks().max(1);
         scan.processes = pids.len();
         let ancestors = self.ancestors();
-        let mut tasks: BTreeMap<i64, (i64, Vec<i32>, u64)> = BTreeMap::new();
-        for pid in pids {
-            let found = match judge(self.source.cwd(pid)) {
-                Read::Ok(cwd) => match self.paths.task_of(&cwd) {
-                    Some(task) => self.confirm(pid, task),
-                    None => Read::Gone,
-                },
-                other => other.map_none(),
-            };
-            match found {
-                Read::Ok((task, ticks)) => {
-                    let e = tasks.entry(task.task_id).or_insert((
-                        task.workflow_instance_id,
-                        Vec::new(),
-                        ticks,
-                    ));
-                    e.0 = e.0.max(task.workflow_instance_id);
-                    e.1.push(pid);
-                    e.2 = e.2.min(ticks);
-                    scan.task_processes += 1;
+        let worker = self.worker_pid.and_then(|p| i32::try_from(p).ok());
+        let mut worker_seen = false;
+        let mut table: HashMap<i32, Proc> = HashMap::with_capacity(pids.len());
+        let mut denied: Vec<i32> = Vec::new();
+        for &pid in &pids {
+            let read = self.read(pid);
+            if Some(pid) == worker {
+                // the JVM is no task's, and its children are placed by their own evidence
+                worker_seen |= !matches!(read, Read::Gone);
+                continue;
+            }
+            match read {
+                Read::Ok(p) => {
+                    table.insert(pid, p);
                 }
                 Read::Gone => {}
-                Read::Denied if self.never_a_task(pid, &ancestors) => {}
-                Read::Denied => {
-                    scan.unreadable += 1;
-                    if scan.unreadable_pids.len() < FIRST_UNREADABLE {
-                        scan.unreadable_pids.push(pid);
-                    }
+                Read::Denied => denied.push(pid),
+            }
+        }
+
+        let mut member: HashMap<i32, Option<TaskRef>> = HashMap::with_capacity(table.len());
+        for &pid in &pids {
+            if table.contains_key(&pid) {
+                self.resolve(pid, &table, &mut member);
+            }
+        }
+
+        let mut tasks: BTreeMap<i64, (i64, Vec<AgentProcess>)> = BTreeMap::new();
+        let ms = |ticks: u64| {
+            boot.saturating_mul(1000)
+                .saturating_add((ticks.saturating_mul(1000) / hz) as i64)
+        };
+        let mut known = HashMap::new();
+        for &pid in &pids {
+            let Some(p) = table.get(&pid) else { continue };
+            match member.get(&pid).copied().flatten() {
+                Some(task) => {
+                    known.insert((pid, p.start_ticks), task);
+                    let e = tasks
+                        .entry(task.task_id)
+                        .or_insert((task.workflow_instance_id, Vec::new()));
+                    e.0 = e.0.max(task.workflow_instance_id);
+                    e.1.push(AgentProcess {
+                        pid,
+                        started_at: ms(p.start_ticks),
+                        tty: p.tty,
+                    });
+                    scan.task_processes += 1;
                 }
+                None if p.denied => denied.push(pid),
+                None => {}
+            }
+        }
+        self.known = known;
+        denied.sort_unstable();
+        for pid in denied {
+            if self.never_a_task(pid, &ancestors) {
+                continue;
+            }
+            scan.unreadable += 1;
+            if scan.unreadable_pids.len() < FIRST_UNREADABLE {
+                scan.unreadable_pids.push(pid);
             }
         }
         scan.tasks = tasks
             .into_iter()
-            .map(|(task_id, (wf, mut pids, ticks))| {
-                pids.sort_unstable();
+            .map(|(task_id, (wf, mut processes))| {
+                processes.sort_by_key(|p| p.pid);
                 AgentTask {
                     task_id,
                     workflow_instance_id: wf,
-                    pids,
-                    started_at: boot
-                        .saturating_mul(1000)
-                        .saturating_add((ticks.saturating_mul(1000) / hz) as i64),
-                    processes: vec![],
+                    pids: processes.iter().map(|p| p.pid).collect(),
+                    started_at: processes.iter().map(|p| p.started_at).min().unwrap_or(0),
+                    processes,
                 }
             })
             .collect();
@@ -151,8 +243,125 @@ impl Scanner {
         } else if scan.unreadable > 0 {
             scan.denied = Some(lacking(self.source.capabilities()));
         }
+        scan.blind = self.blindness(worker_seen);
         scan.duration = clock.elapsed();
         scan
+    }
+
+    /// Why the scan proves nothing: the process folder is missing, or the
+    /// worker's JVM is not in sight (or no heartbeat said which it is).
+    fn blindness(&self, worker_seen: bool) -> Option<String> {
+        let mut why = Vec::new();
+        if !self.paths.folder_exists() {
+            why.push(format!(
+                "the process folder {} does not exist (agent.exec_base must be DS's data.basedir.path; \
+                 where the folder is elsewhere, as 1.2's process.exec.basepath may put it, set agent.process_dir)",
+                self.paths.folder().display()
+            ));
+        }
+        match self.worker_pid {
+            None => why.push(
+                "the worker's heartbeat has not been seen: the agent cannot check that it sees the worker's JVM"
+                    .to_string(),
+            ),
+            Some(pid) if !worker_seen => why.push(format!(
+                "the worker's JVM (processId {pid} of its heartbeat) is not a live process in the agent's view \
+                 (a sidecar without shareProcessNamespace, or a container without the host's PID namespace?)"
+            )),
+            Some(_) => {}
+        }
+        (!why.is_empty()).then(|| why.join("; "))
+    }
+
+    /// Reads one process. Its evidence of a task is read between two reads
+    /// of `stat` that agree on the start time: a pid reused by another
+    /// process in between is read again, a few times at most.
+    fn read(&mut self, pid: i32) -> Read<Proc> {
+        for _ in 0..3 {
+            let stat = match judge(self.source.stat(pid)) {
+                Read::Ok(s) if s.ended() || s.kernel_thread() => return Read::Gone,
+                Read::Ok(s) => s,
+                other => return other.map_none(),
+            };
+            let mut denied = false;
+            let cwd = match judge(self.source.cwd(pid)) {
+                Read::Ok(c) => self.paths.task_of(&c),
+                Read::Gone => return Read::Gone,
+                Read::Denied => {
+                    denied = true;
+                    None
+                }
+            };
+            let command = match judge(self.source.cmdline(pid)) {
+                Read::Ok(args) => args
+                    .split(|b| *b == 0)
+                    .find_map(|a| self.paths.command_file(a)),
+                Read::Gone => return Read::Gone,
+                Read::Denied => {
+                    denied = true;
+                    None
+                }
+            };
+            let p = proc_of(&stat, cwd, command, denied);
+            if cwd.is_none() && command.is_none() {
+                // nothing to confirm: the parent link is the stat's own
+                return Read::Ok(p);
+            }
+            match judge(self.source.stat(pid)) {
+                Read::Ok(s) if s.ended() => return Read::Gone,
+                Read::Ok(s) if s.start_ticks == stat.start_ticks => return Read::Ok(p),
+                Read::Ok(_) => continue,
+                other => return other.map_none(),
+            }
+        }
+        // a pid that keeps changing hands: nothing certain to say about it
+        Read::Gone
+    }
+
+    /// The task of `pid`: its command line's, else the one it was last scan
+    /// (same pid and start time), else its parent's, else its directory's.
+    fn resolve(
+        &self,
+        pid: i32,
+        table: &HashMap<i32, Proc>,
+        member: &mut HashMap<i32, Option<TaskRef>>,
+    ) -> Option<TaskRef> {
+        // up the parent chain to a process already placed, one with evidence
+        // of its own, or one without a (valid) parent
+        let mut chain: Vec<i32> = Vec::new();
+        let mut cur = pid;
+        let mut base: Option<TaskRef> = None;
+        loop {
+            if let Some(t) = member.get(&cur) {
+                base = *t;
+                break;
+            }
+            let Some(p) = table.get(&cur) else { break };
+            chain.push(cur);
+            if let Some(t) = p
+                .command
+                .or_else(|| self.known.get(&(cur, p.start_ticks)).copied())
+            {
+                member.insert(cur, Some(t));
+                chain.pop();
+                base = Some(t);
+                break;
+            }
+            let parent = table
+                .get(&p.ppid)
+                .filter(|pp| p.ppid != cur && pp.start_ticks <= p.start_ticks);
+            if parent.is_none() || chain.len() >= MAX_DEPTH || chain.contains(&p.ppid) {
+                break;
+            }
+            cur = p.ppid;
+        }
+        for &c in chain.iter().rev() {
+            let own = table.get(&c).and_then(|p| p.cwd);
+            let t = base.or(own);
+            member.insert(c, t);
+            base = t;
+        }
+        member.get(&pid).copied().flatten()
     }
 
     /// The agent and its ancestors (pid 1 included), which no DS task can be:
@@ -178,30 +387,16 @@ impl Scanner {
     fn never_a_task(&mut self, pid: i32, ancestors: &[i32]) -> bool {
         ancestors.contains(&pid) || matches!(self.source.stat(pid), Ok(s) if s.kernel_thread())
     }
+}
 
-    /// A process whose directory maps to `task`: its start time, read
-    /// between two reads of its directory that agree. A pid reused by another
-    /// process in between shows another directory (or start time) and is
-    /// judged again, a few times at most.
-    fn confirm(&mut self, pid: i32, mut task: TaskRef) -> Read<(TaskRef, u64)> {
-        for _ in 0..3 {
-            let stat = match judge(self.source.stat(pid)) {
-                Read::Ok(s) if s.ended() => return Read::Gone,
-                Read::Ok(s) => s,
-                other => return other.map_none(),
-            };
-            let again = match judge(self.source.cwd(pid)) {
-                Read::Ok(cwd) => self.paths.task_of(&cwd),
-                other => return other.map_none(),
-            };
-            match again {
-                Some(t) if t == task => return Read::Ok((task, stat.start_ticks)),
-                Some(t) => task = t,
-                None => return Read::Gone,
-            }
-        }
-        // a pid that keeps changing hands: nothing certain to say about it
-        Read::Gone
+fn proc_of(stat: &ProcStat, cwd: Option<TaskRef>, command: Option<TaskRef>, denied: bool) -> Proc {
+    Proc {
+        ppid: stat.ppid,
+        start_ticks: stat.start_ticks,
+        tty: stat.tty(),
+        command,
+        cwd,
+        denied,
     }
 }
 

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 /// A proc tree in a directory: `<root>/stat` with `btime`, and per process
-/// `<root>/<pid>/stat` and a `<root>/<pid>/cwd` symbolic link.
+/// `<root>/<pid>/stat`, `<root>/<pid>/cmdline` and a `<root>/<pid>/cwd`
+/// symbolic link.
 #[derive(Debug, Clone)]
 pub struct FakeProc {
     root: PathBuf,
@@ -37,16 +38,45 @@ impl FakeProc {
     }
 
     /// Adds (or replaces) process `pid` in state `state` (`S`, `R`, `Z`, ...)
-    /// started `start_ticks` clock ticks after boot, working in `cwd`.
+    /// started `start_ticks` clock ticks after boot, working in `cwd`, a
+    /// child of pid 1 without a terminal or a command line.
     pub fn add(&self, pid: i32, cwd: &Path, state: char, start_ticks: u64) -> io::Result<()> {
+        self.add_process(&FakeProcess {
+            pid,
+            ppid: 1,
+            cwd,
+            state,
+            start_ticks,
+            tty_nr: 0,
+            args: &[],
+        })
+    }
+
+    /// Adds (or replaces) a process with every detail.
+    pub fn add_process(&self, p: &FakeProcess<'_>) -> io::Result<()> {
+        let FakeProcess {
+            pid,
+            ppid,
+            cwd,
+            state,
+            start_ticks,
+            tty_nr,
+            args,
+        } = *p;
         let dir = self.root.join(pid.to_string());
         std::fs::create_dir_all(&dir)?;
         std::fs::write(
             dir.join("stat"),
             format!(
-                "{pid} (sh -c (x)) {state} 1 {pid} {pid} 0 -1 4194304 100 0 0 0 0 0 0 0 20 0 1 0 {start_ticks} 4096 100 18446744073709551615 1 1 0 0 0 0 0\n"
+                "{pid} (sh -c (x)) {state} {ppid} {pid} {pid} {tty_nr} -1 4194304 100 0 0 0 0 0 0 0 20 0 1 0 {start_ticks} 4096 100 18446744073709551615 1 1 0 0 0 0 0\n"
             ),
         )?;
+        let mut cmdline = Vec::new();
+        for a in args {
+            cmdline.extend_from_slice(a.as_bytes());
+            cmdline.push(0);
+        }
+        std::fs::write(dir.join("cmdline"), cmdline)?;
         let link = dir.join("cwd");
         match std::fs::remove_file(&link) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
@@ -97,6 +127,21 @@ impl FakeProc {
     pub fn source(&self) -> crate::proc::ProcFs {
         crate::proc::ProcFs::new(&self.root).with_clock_ticks(FAKE_HZ)
     }
+}
+
+/// One process of a fake tree, for [`FakeProc::add_process`].
+#[derive(Debug, Clone, Copy)]
+pub struct FakeProcess<'a> {
+    pub pid: i32,
+    pub ppid: i32,
+    pub cwd: &'a Path,
+    /// `S`, `R`, `Z`, ...
+    pub state: char,
+    /// Clock ticks after boot.
+    pub start_ticks: u64,
+    /// 0: no controlling terminal.
+    pub tty_nr: i64,
+    pub args: &'a [&'a str],
 }
 
 /// Which error a denied process answers with.
@@ -162,6 +207,13 @@ impl<S: ProcSource> ProcSource for Denying<S> {
         match self.denied(pid) {
             Some(e) => Err(e),
             None => self.inner.stat(pid),
+        }
+    }
+
+    fn cmdline(&mut self, pid: i32) -> io::Result<Vec<u8>> {
+        match self.denied(pid) {
+            Some(e) => Err(e),
+            None => self.inner.cmdline(pid),
         }
     }
 

@@ -8,13 +8,13 @@
 //! server has not expired yet (an agent restarted within the session timeout)
 //! is replaced, as DS's `persistEphemeral` replaces a server's.
 
-use crate::host::{host_part, RegisteredWorker};
+use crate::host::RegisteredWorker;
 use crate::publish::{PublishError, Publisher};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use reaper_core::agent::AgentReport;
-use reaper_core::registry::{classify, heartbeat, Backoff, LayoutMode, NodeClass};
-use reaper_core::{DsLine, NodeKind, Zone};
+use reaper_core::registry::{classify, Backoff, LayoutMode, NodeClass};
+use reaper_core::{DsLine, NodeKind};
 use std::collections::BTreeSet;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -293,20 +293,76 @@ impl ZkPublisher {
                 // a worker in several groups has one node per group
                 continue;
             }
-            let heartbeat_host = match self.call(client.get_data(&format!("{root}{rel}"))).await {
-                Ok((data, _)) => heartbeat::parse(&data, Zone::Local)
-                    .ok()
-                    .and_then(|(hb, _)| hb.address)
-                    .map(|a| host_part(&a).to_string()),
+            let layout = match classify(mode, &rel, Some(true)) {
+                NodeClass::Server(key) => key.layout,
+                _ => None,
+            };
+            match self.call(client.get_data(&format!("{root}{rel}"))).await {
+                Ok((data, _)) => out.push(RegisteredWorker::from_node(&name, layout, &data)),
                 Err(zk::Error::NoNode) => continue,
                 Err(e) => return Err(fail(e)),
-            };
-            out.push(RegisteredWorker {
-                name,
-                heartbeat_host,
-            });
+            }
         }
         Ok(out)
+    }
+
+    /// The one worker node `name`: `/workers/<name>` (1.2), the flat
+    /// `/nodes/worker/<name>`, or under any group `/nodes/worker/<g>/<name>`.
+    async fn one_worker(&self, name: &str) -> Result<Option<RegisteredWorker>, PublishError> {
+        if name.is_empty() || name.contains('/') {
+            return Ok(None);
+        }
+        let client = self.client()?;
+        let root = &self.shared.root;
+        let mode = self.shared.mode;
+        let fail = |e: zk::Error| PublishError::new(format!("reading the worker {name}: {e}"));
+        let mut rels = Vec::new();
+        if mode.legacy_allowed() {
+            rels.push(format!("/workers/{name}"));
+        }
+        if mode.nodes_allowed() {
+            rels.push(format!("/nodes/worker/{name}"));
+        }
+        for rel in rels {
+            match self.call(client.get_data(&format!("{root}{rel}"))).await {
+                Ok((data, stat)) => {
+                    if let NodeClass::Server(key) =
+                        classify(mode, &rel, Some(stat.ephemeral_owner != 0))
+                    {
+                        if key.kind == NodeKind::Worker {
+                            return Ok(Some(RegisteredWorker::from_node(name, key.layout, &data)));
+                        }
+                    }
+                }
+                Err(zk::Error::NoNode) => {}
+                Err(e) => return Err(fail(e)),
+            }
+        }
+        if !mode.nodes_allowed() {
+            return Ok(None);
+        }
+        let groups = match self
+            .call(client.list_children(&format!("{root}/nodes/worker")))
+            .await
+        {
+            Ok(g) => g,
+            Err(zk::Error::NoNode) => return Ok(None),
+            Err(e) => return Err(fail(e)),
+        };
+        for g in groups {
+            let rel = format!("/nodes/worker/{g}/{name}");
+            let NodeClass::Server(key) = classify(mode, &rel, Some(true)) else {
+                continue;
+            };
+            match self.call(client.get_data(&format!("{root}{rel}"))).await {
+                Ok((data, _)) => {
+                    return Ok(Some(RegisteredWorker::from_node(name, key.layout, &data)))
+                }
+                Err(zk::Error::NoNode) => {}
+                Err(e) => return Err(fail(e)),
+            }
+        }
+        Ok(None)
     }
 }
 
@@ -321,6 +377,13 @@ impl Publisher for ZkPublisher {
 
     fn workers(&self) -> BoxFuture<'_, Result<Vec<RegisteredWorker>, PublishError>> {
         self.list_workers().boxed()
+    }
+
+    fn worker<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<RegisteredWorker>, PublishError>> {
+        self.one_worker(name).boxed()
     }
 
     fn connected(&self) -> bool {
