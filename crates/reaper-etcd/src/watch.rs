@@ -13,6 +13,11 @@
 //! known nodes (every worker, every ~10 s) carry their data, so nothing is
 //! re-read: the newest data per node is kept and applied every
 //! [`FLUSH_TICK`], which bounds how often the view is republished.
+//!
+//! DS's master-failover locks (SPEC §13) are read and watched with the
+//! rest: etcd's lock API keeps one key `<lock>/<lease hex>` per holder or
+//! waiter, so the keys under the line's lock directories are the holders,
+//! known at the read's revision and followed from it like every other key.
 
 use crate::keys::prefix_end;
 use crate::listing::{read_all, Kv, Snapshot};
@@ -22,7 +27,9 @@ use chrono::Utc;
 use etcd_client::{
     EventType, WatchClient, WatchOptions, WatchRequestSender, WatchResponse, WatchStream,
 };
-use reaper_core::registry::{may_concern_servers, Backoff, Changes, Gap, ListedNode, Listing};
+use reaper_core::registry::{
+    may_concern_servers, Backoff, Changes, FailoverLockLayout, Gap, ListedNode, Listing,
+};
 use reaper_core::registry::{Membership, NodeEvent, Note};
 use reaper_core::RegistryView;
 use std::collections::{HashMap, HashSet};
@@ -63,6 +70,11 @@ pub(crate) struct Watcher {
     membership: Membership,
     /// Newest data of known nodes not applied yet, by path.
     pending: HashMap<String, Vec<u8>>,
+    /// Where the line's master-failover locks are.
+    locks: FailoverLockLayout,
+    /// The failover locks' holder keys (relative to the root), each to the
+    /// master its lock is for.
+    lock_holders: HashMap<String, String>,
 }
 
 impl Watcher {
@@ -71,16 +83,28 @@ impl Watcher {
         tx: watch::Sender<Arc<RegistryView>>,
         membership: Membership,
     ) -> Self {
+        let locks = FailoverLockLayout::for_line(inner.settings.line);
         Watcher {
             inner,
             tx,
             membership,
             pending: HashMap::new(),
+            locks,
+            lock_holders: HashMap::new(),
         }
     }
 
+    /// Holders per master, from the holder keys known now.
+    fn lock_counts(&self) -> HashMap<String, usize> {
+        let mut held: HashMap<String, usize> = HashMap::new();
+        for m in self.lock_holders.values() {
+            *held.entry(m.clone()).or_default() += 1;
+        }
+        held
+    }
+
     /// The ranges read and watched: the server directories of the layout
-    /// mode, and the agents' when they are read.
+    /// mode, the agents' when they are read, and the failover locks'.
     fn prefixes(&self) -> Vec<String> {
         let keys = &self.inner.keys;
         self.membership
@@ -89,6 +113,7 @@ impl Watcher {
             .iter()
             .copied()
             .chain(self.membership.agent_prefix())
+            .chain(self.locks.dirs.iter().map(|d| d.path))
             .map(|d| keys.dir_prefix(d))
             .collect()
     }
@@ -234,24 +259,30 @@ impl Watcher {
         let now = Utc::now();
         self.pending.clear();
         let inner = self.inner.clone();
-        let nodes = snap
-            .ranges
-            .into_iter()
-            .flatten()
-            .filter_map(|kv| {
-                let path = inner.keys.rel(&kv.key)?.to_string();
-                Some(ListedNode {
-                    path,
-                    ephemeral: kv.lease != 0,
-                    data: kv.value,
-                })
-            })
-            .collect();
+        self.lock_holders.clear();
+        let mut nodes = Vec::new();
+        for kv in snap.ranges.into_iter().flatten() {
+            let Some(path) = inner.keys.rel(&kv.key) else {
+                continue;
+            };
+            if let Some(master) = self.locks.holder_of(path) {
+                self.lock_holders.insert(path.to_string(), master);
+                continue;
+            }
+            nodes.push(ListedNode {
+                path: path.to_string(),
+                ephemeral: kv.lease != 0,
+                data: kv.value,
+            });
+        }
         let listing = Listing {
             nodes,
             legacy_dir: false,
         };
-        let c = self.membership.apply_listing(listing, now);
+        // One step: the view is never valid without the locks of its revision.
+        let mut c = self.membership.apply_listing(listing, now);
+        let held = self.lock_counts();
+        c.publish |= self.membership.apply_failover_locks(&held, now).publish;
         if c.notes.iter().any(|n| {
             matches!(
                 n,
@@ -277,6 +308,7 @@ impl Watcher {
         let mode = self.membership.mode();
         let mut events = Vec::new();
         let mut in_batch: HashSet<String> = HashSet::new();
+        let mut locks_changed = false;
         for ev in resp.events() {
             let Some(kv) = ev.kv().and_then(Kv::from_client) else {
                 continue;
@@ -284,6 +316,15 @@ impl Watcher {
             let Some(rel) = inner.keys.rel(&kv.key) else {
                 continue;
             };
+            if let Some(master) = self.locks.holder_of(rel) {
+                locks_changed = true;
+                if matches!(ev.event_type(), EventType::Put) {
+                    self.lock_holders.insert(rel.to_string(), master);
+                } else {
+                    self.lock_holders.remove(rel);
+                }
+                continue;
+            }
             let agent = self.membership.agent_worker(rel).is_some();
             if !agent && !may_concern_servers(mode, rel) {
                 continue;
@@ -307,6 +348,11 @@ impl Watcher {
             } else {
                 NodeEvent::Deleted { path: rel }
             });
+        }
+        if locks_changed {
+            let held = self.lock_counts();
+            let c = self.membership.apply_failover_locks(&held, now);
+            self.settle(c);
         }
         if !events.is_empty() {
             let c = self.membership.apply(events, now);
