@@ -389,6 +389,7 @@ pub fn agent_settings(s: &Settings) -> anyhow::Result<reaper_agent::AgentSetting
         crate::config::AgentWorker::Named(n) => Some(n.clone()),
     };
     a.exec_base = s.agent.exec_base.clone();
+    a.process_dir = s.agent.process_dir.clone();
     a.scan_interval = s.agent.scan_interval;
     a.path = s.agent.path.clone();
     a.listen = s.agent.listen;

@@ -438,6 +438,11 @@ pub struct Agent {
     /// DS's `data.basedir.path`.
     #[serde(deserialize_with = "values::absolute_path")]
     pub exec_base: PathBuf,
+    /// The folder holding the per-project task folders, where it is not
+    /// `<exec_base>/exec/process` (1.2's `process.exec.basepath` need not end
+    /// in `exec`); empty: derived from `exec_base`.
+    #[serde(with = "values::blank_absolute_path")]
+    pub process_dir: Option<PathBuf>,
     #[serde(with = "values::period")]
     pub scan_interval: Duration,
     /// Under the registry root.
@@ -452,6 +457,7 @@ impl Default for Agent {
         Agent {
             worker: AgentWorker::Auto,
             exec_base: "/tmp/dolphinscheduler".into(),
+            process_dir: None,
             scan_interval: secs(10),
             path: "ds-reaper/agents".into(),
             listen: addr("127.0.0.1:9478"),

@@ -236,6 +236,7 @@ workflow_stalled = "report"
 [agent]
 worker = "10.0.1.11:1234"
 exec_base = "/data/ds"
+process_dir = "/data/ds-1.2/process"
 scan_interval = "5s"
 path = "/ops/agents/"
 listen = "0.0.0.0:9478"
@@ -272,6 +273,11 @@ listen = "0.0.0.0:9478"
     assert_eq!(s.policy.workflow_master_lost, WorkflowAction::Recover);
     assert_eq!(s.agent.worker, AgentWorker::Named("10.0.1.11:1234".into()));
     assert_eq!(s.agent.path, "ops/agents");
+    assert_eq!(
+        s.agent.process_dir.as_deref(),
+        Some(std::path::Path::new("/data/ds-1.2/process"))
+    );
+    assert_eq!(Settings::default().agent.process_dir, None);
     assert_eq!(s.agent.listen.port(), 9478);
     assert!(Settings::default().unsupported().is_none());
     // the redacted output keeps the new keys and hides the registry password
@@ -306,6 +312,7 @@ workflow_stalled = "recover"
 [agent]
 worker = ""
 exec_base = "relative/dir"
+process_dir = "process"
 listen = "nowhere"
 "#,
     )
@@ -324,11 +331,12 @@ listen = "nowhere"
         "policy.workflow_stalled: unknown variant `recover`",
         "agent.worker: must be \"auto\"",
         "agent.exec_base: \"relative/dir\" must be an absolute path",
+        "agent.process_dir: \"process\" must be an absolute path",
         "agent.listen: \"nowhere\"",
     ] {
         assert!(all.contains(needle), "missing {needle:?} in:\n{all}");
     }
-    assert_eq!(e.0.len(), 13, "{all}");
+    assert_eq!(e.0.len(), 14, "{all}");
     assert!(!all.contains("redis://x"), "a URL is never repeated: {all}");
 }
 

@@ -345,6 +345,32 @@ pub fn absolute_path<'de, D: Deserializer<'de>>(d: D) -> Result<PathBuf, D::Erro
     }
 }
 
+/// An absolute path, or `""` for none.
+pub mod blank_absolute_path {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(v: &Option<PathBuf>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(p) => s.serialize_str(&p.to_string_lossy()),
+            None => s.serialize_str(""),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Error> {
+        let s = String::deserialize(d)?;
+        let t = s.trim();
+        if t.is_empty() {
+            return Ok(None);
+        }
+        let p = PathBuf::from(t);
+        if p.is_absolute() {
+            Ok(Some(p))
+        } else {
+            Err(de::Error::custom(format!("{t:?} must be an absolute path")))
+        }
+    }
+}
+
 /// A socket address like `127.0.0.1:9477`.
 pub fn socket_addr<'de, D: Deserializer<'de>>(d: D) -> Result<std::net::SocketAddr, D::Error> {
     let s = String::deserialize(d)?;
