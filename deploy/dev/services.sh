@@ -59,6 +59,8 @@ install_missing() {
   command -v python3 >/dev/null && python3 -c 'import yaml' 2>/dev/null || pkgs+=(python3 python3-yaml)
   # headless Chromium for the status page's browser test (tests/tests/e2e/page.rs)
   command -v chromium >/dev/null || pkgs+=(chromium)
+  # a CJK font, so the Chinese status page's screenshot shows characters, not boxes
+  [[ -e /usr/share/fonts/truetype/wqy/wqy-zenhei.ttc ]] || pkgs+=(fonts-wqy-zenhei)
   # DS's etcd registry (reaper-etcd, ds-sim), and protoc for the etcd-client crate's build
   command -v etcd >/dev/null || pkgs+=(etcd-server)
   command -v etcdctl >/dev/null || pkgs+=(etcd-client)

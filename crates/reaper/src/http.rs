@@ -181,6 +181,40 @@ struct ReapBody {
     force: Option<bool>,
 }
 
+/// The request of `POST /api/v1/tasks/{id}/reap` from its path segment and
+/// body, or the message of a 400. Pure, so that it can be fuzzed: no input
+/// panics, and an accepted request carries exactly what the body said.
+pub fn parse_reap_request(id: &str, body: &[u8]) -> Result<ReapRequest, String> {
+    let Ok(task_id) = id.trim().parse::<i64>() else {
+        return Err(format!("task id {id:?} is not a number"));
+    };
+    let body: ReapBody = if body.iter().all(|b| b.is_ascii_whitespace()) {
+        ReapBody::default()
+    } else {
+        serde_json::from_slice(body).map_err(|err| format!("invalid JSON body: {err}"))?
+    };
+    let action = match body.action.as_deref().map(str::parse::<Action>) {
+        None => None,
+        Some(Ok(Action::Report)) => {
+            return Err("action must be fail, fault-tolerance or kill".into());
+        }
+        Some(Ok(a)) => Some(a),
+        Some(Err(err)) => return Err(err.to_string()),
+    };
+    let workflow = match body.workflow.as_deref().map(str::parse::<FollowUp>) {
+        None => None,
+        Some(Ok(w)) => Some(w),
+        Some(Err(err)) => return Err(err.to_string()),
+    };
+    Ok(ReapRequest {
+        task_id,
+        action,
+        workflow,
+        force: body.force.unwrap_or(false),
+        actor: "api".into(),
+    })
+}
+
 async fn reap(
     State(e): State<SharedEngine>,
     headers: HeaderMap,
@@ -190,43 +224,11 @@ async fn reap(
     if let Err(r) = authorize(&e, &headers) {
         return r;
     }
-    let Ok(task_id) = id.trim().parse::<i64>() else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            format!("task id {id:?} is not a number"),
-        );
+    let req = match parse_reap_request(&id, &body) {
+        Ok(r) => r,
+        Err(msg) => return error(StatusCode::BAD_REQUEST, msg),
     };
-    let body: ReapBody = if body.iter().all(|b| b.is_ascii_whitespace()) {
-        ReapBody::default()
-    } else {
-        match serde_json::from_slice(&body) {
-            Ok(b) => b,
-            Err(err) => return error(StatusCode::BAD_REQUEST, format!("invalid JSON body: {err}")),
-        }
-    };
-    let action = match body.action.as_deref().map(str::parse::<Action>) {
-        None => None,
-        Some(Ok(Action::Report)) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "action must be fail, fault-tolerance or kill",
-            )
-        }
-        Some(Ok(a)) => Some(a),
-        Some(Err(err)) => return error(StatusCode::BAD_REQUEST, err.to_string()),
-    };
-    let workflow = match body.workflow.as_deref().map(str::parse::<FollowUp>) {
-        None => None,
-        Some(Ok(w)) => Some(w),
-        Some(Err(err)) => return error(StatusCode::BAD_REQUEST, err.to_string()),
-    };
-    let req = ReapRequest {
-        task_id,
-        action,
-        workflow,
-        force: body.force.unwrap_or(false),
-        actor: "api".into(),
-    };
+    let task_id = req.task_id;
     match e.reap(&req).await {
         Ok(rec) => Json(rec).into_response(),
         Err(ReapError::NotFound(_)) => {
@@ -246,7 +248,12 @@ async fn reap(
     }
 }
 
-async fn index(State(e): State<SharedEngine>) -> Html<String> {
+async fn index(State(e): State<SharedEngine>, headers: HeaderMap) -> Html<String> {
+    let lang = crate::page::lang::Lang::from_accept_language(
+        headers
+            .get(axum::http::header::ACCEPT_LANGUAGE)
+            .and_then(|v| v.to_str().ok()),
+    );
     let (zombies, total) = zombie_views(&e, 500);
     let engine = e.clone();
     let recent = tokio::task::spawn_blocking(move || engine.audit.tail(20))
@@ -262,6 +269,7 @@ async fn index(State(e): State<SharedEngine>) -> Html<String> {
         )
     };
     Html(crate::page::render(&crate::page::Page {
+        lang,
         status: StatusView::new(&e),
         workers: e.workers_view(),
         zombies,

@@ -200,18 +200,28 @@ async fn status_page_in_a_real_browser() -> Result<()> {
     .await?;
     let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
     let (n1, n2) = (format!("{dir}/{w1}"), format!("{dir}/{w2}"));
-    zkc.create(&n1, &report(w1, 1, &[(running, wf)]), &ephemeral)
-        .await?;
+    // The first report lists `gone` too: its process is seen, then gone
+    // (a task never listed is never process_gone, SPEC §12).
+    zkc.create(
+        &n1,
+        &report(w1, 1, &[(running, wf), (gone, wf)]),
+        &ephemeral,
+    )
+    .await?;
     zkc.create(&n2, &report(w2, 1, &[]), &ephemeral).await?;
+    // `gone`'s process ends once the daemon has seen it listed.
+    let gone_runs = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
     let beat = {
         let zkc = zkc.clone();
+        let gone_runs = gone_runs.clone();
         tokio::spawn(async move {
             for seq in 2.. {
                 tokio::time::sleep(Duration::from_millis(500)).await;
-                if let Err(e) = zkc
-                    .set_data(&n1, &report(w1, seq, &[(running, wf)]), None)
-                    .await
-                {
+                let mut tasks = vec![(running, wf)];
+                if gone_runs.load(std::sync::atomic::Ordering::SeqCst) {
+                    tasks.push((gone, wf));
+                }
+                if let Err(e) = zkc.set_data(&n1, &report(w1, seq, &tasks), None).await {
                     eprintln!("agent rewrite failed: {e}");
                 }
             }
@@ -232,6 +242,16 @@ async fn status_page_in_a_real_browser() -> Result<()> {
     )
     .await?;
     d.wait_ready().await?;
+    wait_until("the daemon sees both of w1's task processes", || async {
+        let w = d.json("/api/v1/workers").await?;
+        Ok(w["workers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|n| n["host"] == w1 && n["agent"]["fresh"] == true && n["agent"]["tasks"] == 2))
+    })
+    .await?;
+    gone_runs.store(false, std::sync::atomic::Ordering::SeqCst);
     dying.crash().await;
 
     // Until the daemon's own API shows everything the page is to show.
@@ -334,6 +354,64 @@ async fn status_page_in_a_real_browser() -> Result<()> {
         "a blank screenshot? {} bytes",
         png.len()
     );
+
+    // The same page for a browser that prefers Chinese (Accept-Language).
+    let zh_profile = tempfile::tempdir()?;
+    let zh_dom = browse(
+        &browser,
+        zh_profile.path(),
+        &[
+            "--dump-dom",
+            "--window-size=1366,900",
+            "--accept-lang=zh-CN,zh",
+        ],
+        &url,
+    )
+    .await?;
+    let zh_shot = shots.join("status-page-zh.png");
+    let _ = std::fs::remove_file(&zh_shot);
+    browse(
+        &browser,
+        zh_profile.path(),
+        &[
+            &format!("--screenshot={}", zh_shot.display()),
+            "--window-size=1366,900",
+            "--accept-lang=zh-CN,zh",
+        ],
+        &url,
+    )
+    .await?;
+    std::fs::write(shots.join("status-page-zh.html"), &zh_dom)?;
+    let _ = writeln!(
+        std::io::stderr(),
+        "Chinese status page screenshot: {}",
+        zh_shot.display()
+    );
+    let zh_png = std::fs::read(&zh_shot)
+        .with_context(|| format!("no screenshot at {}", zh_shot.display()))?;
+    assert_eq!(
+        png_size(&zh_png),
+        Some((1366, 900)),
+        "{}",
+        zh_shot.display()
+    );
+    assert!(zh_dom.contains("<html lang=\"zh-CN\">"), "{zh_dom}");
+    let zh_all = text(&zh_dom);
+    for want in [
+        "注意: 2 个僵尸任务; 2 个无法推进的工作流; 1 个过期的 agent （所在 Worker 存活）.",
+        "僵尸任务 (2)",
+        "卡住的工作流 (2)",
+        "最近一次扫描",
+        "process_gone",
+        "worker_lost",
+        "export_report",
+    ] {
+        assert!(
+            zh_all.contains(want),
+            "the Chinese page lacks {want:?}: {zh_all}"
+        );
+    }
+    assert!(!zh_all.contains("Attention"), "{zh_all}");
 
     // What a person sees. The whole page: a verdict, no script, nothing
     // fetched from elsewhere, and it refreshes itself.

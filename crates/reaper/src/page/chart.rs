@@ -137,7 +137,7 @@ impl Chart<'_> {
         for (i, (s, l)) in self.series.iter().zip(&last).enumerate() {
             let value = l.map_or_else(|| "-".to_string(), |(_, v)| f(v));
             let label = if self.series.len() == 1 {
-                "last".to_string()
+                super::lang::tr("last").to_string()
             } else {
                 esc(s.label)
             };

@@ -2,6 +2,7 @@
 //! escaping, ages with the exact time on hover, tags, and the one table
 //! layout every section uses.
 
+use super::lang::{current, tr, Lang};
 use reaper_core::Instant;
 use std::fmt::Write;
 
@@ -23,10 +24,10 @@ pub(super) fn exact(t: Instant) -> String {
 /// "12 s", "10 min", "3 h", "2 d".
 pub(super) fn span(secs: u64) -> String {
     match secs {
-        0..=119 => format!("{secs} s"),
-        120..=7199 => format!("{} min", secs / 60),
-        7200..=172_799 => format!("{} h", secs / 3600),
-        _ => format!("{} d", secs / 86_400),
+        0..=119 => format!("{secs} {}", tr("s")),
+        120..=7199 => format!("{} {}", secs / 60, tr("min")),
+        7200..=172_799 => format!("{} {}", secs / 3600, tr("h")),
+        _ => format!("{} {}", secs / 86_400, tr("d")),
     }
 }
 
@@ -37,20 +38,21 @@ pub(super) fn ago(t: Option<Instant>, now: Instant) -> String {
     };
     let secs = (now - t).num_seconds();
     let n = span(secs.unsigned_abs());
-    let text = if secs < 0 {
-        format!("in {n}")
-    } else {
-        format!("{n} ago")
+    let text = match (current(), secs < 0) {
+        (Lang::En, true) => format!("in {n}"),
+        (Lang::En, false) => format!("{n} ago"),
+        (Lang::Zh, true) => format!("{n}{}", tr("in")),
+        (Lang::Zh, false) => format!("{n}{}", tr("ago")),
     };
     format!("<span title=\"{}\">{text}</span>", esc(&exact(t)))
 }
 
 pub(super) fn plural(n: usize, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
+    format!("{n} {}", tr(if n == 1 { one } else { many }))
 }
 
 pub(super) fn tag(class: &str, text: &str) -> String {
-    format!("<span class=\"tag {class}\">{}</span>", esc(text))
+    format!("<span class=\"tag {class}\">{}</span>", esc(tr(text)))
 }
 
 /// "worker_lost 2 · process_gone 1"
@@ -83,12 +85,12 @@ pub(super) fn section(
         }
     );
     if rows.is_empty() {
-        h.push_str("<p class=\"muted\">none</p></section>");
+        let _ = write!(h, "<p class=\"muted\">{}</p></section>", tr("none"));
         return;
     }
     h.push_str("<div class=\"scroll\"><table><thead><tr>");
     for c in header {
-        let _ = write!(h, "<th>{}</th>", esc(c));
+        let _ = write!(h, "<th>{}</th>", esc(tr(c)));
     }
     h.push_str("</tr></thead><tbody>");
     for (class, r) in rows {

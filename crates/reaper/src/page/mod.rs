@@ -7,6 +7,7 @@
 
 mod chart;
 mod format;
+pub mod lang;
 mod style;
 mod summary;
 mod tables;
@@ -27,6 +28,8 @@ use tables::{audit, node_rows, workers, workflows, zombies};
 pub const REFRESH_SECONDS: u32 = 10;
 
 pub struct Page {
+    /// The language of the page's own words (`Accept-Language`).
+    pub lang: lang::Lang,
     pub status: StatusView,
     pub workers: WorkersView,
     /// The first zombies of the last sweep, and how many there were in all.
@@ -54,12 +57,18 @@ pub fn tally<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<(&'a str, usiz
 }
 
 pub fn render(p: &Page) -> String {
+    lang::with_lang(p.lang, || render_in_lang(p))
+}
+
+fn render_in_lang(p: &Page) -> String {
+    use lang::tr;
     let now = p.now;
     let st = &p.status;
     let mut h = format!(
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>ds-reaper</title>\
+        "<!doctype html><html lang=\"{}\"><head><meta charset=\"utf-8\"><title>ds-reaper</title>\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <meta http-equiv=\"refresh\" content=\"{REFRESH_SECONDS}\"><style>{STYLE}</style></head><body><main>"
+         <meta http-equiv=\"refresh\" content=\"{REFRESH_SECONDS}\"><style>{STYLE}</style></head><body><main>",
+        p.lang.html_tag()
     );
     header(&mut h, p);
     verdict(&mut h, p);
@@ -69,7 +78,7 @@ pub fn render(p: &Page) -> String {
         let _ = write!(h, "<p class=\"bad\">{}</p>", esc(hold));
     }
     if let Some(db) = &st.database_error {
-        let _ = write!(h, "<p class=\"bad\">database: {}</p>", esc(db));
+        let _ = write!(h, "<p class=\"bad\">{}: {}</p>", tr("database"), esc(db));
     }
     zombies(&mut h, p);
     workflows(&mut h, p);
@@ -78,7 +87,7 @@ pub fn render(p: &Page) -> String {
     section(
         &mut h,
         "masters",
-        &format!("Masters ({})", p.workers.masters.len()),
+        &format!("{} ({})", tr("Masters"), p.workers.masters.len()),
         "",
         &["node", "address", "started", "last heartbeat", "status"],
         node_rows(&p.workers.masters, now),
@@ -86,7 +95,7 @@ pub fn render(p: &Page) -> String {
     section(
         &mut h,
         "lost",
-        &format!("Recently lost ({})", p.workers.lost.len()),
+        &format!("{} ({})", tr("Recently lost"), p.workers.lost.len()),
         "",
         &["host", "kind", "lost"],
         p.workers

@@ -2,6 +2,7 @@
 //! the last hour's charts — what an operator reads first.
 
 use super::format::{ago, esc, exact, opt, plural, reasons_line};
+use super::lang::tr;
 use super::{chart, tally, Page, REFRESH_SECONDS};
 use crate::engine::SweepPoint;
 use reaper_core::Instant;
@@ -11,9 +12,9 @@ pub(super) fn header(h: &mut String, p: &Page) {
     let st = &p.status;
     let _ = write!(
         h,
-        "<header><h1>ds-reaper <small>{} · DS {} · version {}</small></h1>\
-         <span class=\"muted\">updated <span title=\"{}\">{}</span> · refreshes every {REFRESH_SECONDS} s</span></header>",
-        if st.leader {
+        "<header><h1>ds-reaper <small>{} · DS {} · {} {}</small></h1>\
+         <span class=\"muted\">{} <span title=\"{}\">{}</span> · {} {REFRESH_SECONDS} {}</span></header>",
+        tr(if st.leader {
             if st.leader_election {
                 "leader"
             } else {
@@ -21,11 +22,15 @@ pub(super) fn header(h: &mut String, p: &Page) {
             }
         } else {
             "standby (does not act)"
-        },
+        }),
         opt(st.ds_line),
+        tr("version"),
         esc(st.version),
+        tr("updated"),
         esc(&exact(p.now)),
         p.now.format("%H:%M:%S UTC"),
+        tr("refreshes every"),
+        tr("s"),
     );
 }
 
@@ -36,18 +41,22 @@ pub(super) fn verdict(h: &mut String, p: &Page) {
     let mut warn = Vec::new();
     if st.brake.engaged {
         bad.push(format!(
-            "safety brake engaged ({}): no action is taken",
-            opt(st.brake.why.as_deref())
+            "{} ({}): {}",
+            tr("safety brake engaged"),
+            opt(st.brake.why.as_deref()),
+            tr("no action is taken")
         ));
     }
     if !st.registry_view.valid {
         bad.push(format!(
-            "registry view invalid ({}): no action is taken",
-            opt(st.registry_view.reason.as_deref())
+            "{} ({}): {}",
+            tr("registry view invalid"),
+            opt(st.registry_view.reason.as_deref()),
+            tr("no action is taken")
         ));
     }
     if st.database_error.is_some() {
-        bad.push("the database does not answer".into());
+        bad.push(tr("the database does not answer").into());
     }
     if p.zombies_total > 0 {
         bad.push(plural(p.zombies_total, "zombie task", "zombie tasks"));
@@ -67,23 +76,25 @@ pub(super) fn verdict(h: &mut String, p: &Page) {
         .count();
     if stale > 0 {
         warn.push(format!(
-            "{} beside a live worker",
-            plural(stale, "stale agent", "stale agents")
+            "{} {}",
+            plural(stale, "stale agent", "stale agents"),
+            tr("beside a live worker")
         ));
     }
     if st.last_sweep.is_none() {
-        warn.push("no sweep yet".into());
+        warn.push(tr("no sweep yet").into());
     }
     let (class, text) = match (bad.is_empty(), warn.is_empty()) {
         (true, true) => (
             "ok",
-            "All clear: no zombie tasks, no stuck workflows.".to_string(),
+            tr("All clear: no zombie tasks, no stuck workflows.").to_string(),
         ),
-        (true, false) => ("warn", format!("Attention: {}.", warn.join("; "))),
+        (true, false) => ("warn", format!("{}: {}.", tr("Attention"), warn.join("; "))),
         _ => (
             "bad",
             format!(
-                "Attention: {}.",
+                "{}: {}.",
+                tr("Attention"),
                 bad.into_iter().chain(warn).collect::<Vec<_>>().join("; ")
             ),
         ),
@@ -94,8 +105,9 @@ pub(super) fn verdict(h: &mut String, p: &Page) {
 fn card(h: &mut String, href: &str, key: &str, value: &str, detail: &str) {
     let _ = write!(
         h,
-        "<a class=\"card\" href=\"{href}\"><div class=\"k\">{key}</div><div class=\"v\">{value}</div>\
-         <div class=\"d\">{detail}</div></a>"
+        "<a class=\"card\" href=\"{href}\"><div class=\"k\">{}</div><div class=\"v\">{value}</div>\
+         <div class=\"d\">{detail}</div></a>",
+        tr(key)
     );
 }
 
@@ -115,7 +127,7 @@ pub(super) fn cards(h: &mut String, p: &Page) {
         "Zombie tasks",
         &num(p.zombies_total),
         &if p.zombie_reasons.is_empty() {
-            "none".into()
+            tr("none").into()
         } else {
             reasons_line(&p.zombie_reasons)
         },
@@ -127,7 +139,7 @@ pub(super) fn cards(h: &mut String, p: &Page) {
         "Stuck workflows",
         &num(p.workflows.len()),
         &if wf_reasons.is_empty() {
-            "none".into()
+            tr("none").into()
         } else {
             reasons_line(&wf_reasons)
         },
@@ -146,12 +158,15 @@ pub(super) fn cards(h: &mut String, p: &Page) {
         "Live workers",
         &p.workers.workers.len().to_string(),
         &format!(
-            "agents: {fresh} fresh · {} · {none} none",
+            "{}: {fresh} {} · {} · {none} {}",
+            tr("agents"),
+            tr("fresh"),
             if stale > 0 {
-                format!("<span class=\"bad\">{stale} stale</span>")
+                format!("<span class=\"bad\">{stale} {}</span>", tr("stale"))
             } else {
-                "0 stale".into()
-            }
+                format!("0 {}", tr("stale"))
+            },
+            tr("none")
         ),
     );
     card(
@@ -159,7 +174,7 @@ pub(super) fn cards(h: &mut String, p: &Page) {
         "#masters",
         "Live masters",
         &p.workers.masters.len().to_string(),
-        &format!("{} recently lost", p.workers.lost.len()),
+        &format!("{} {}", p.workers.lost.len(), tr("recently lost")),
     );
     let rv = &st.registry_view;
     card(
@@ -167,17 +182,23 @@ pub(super) fn cards(h: &mut String, p: &Page) {
         "#workers",
         "Registry view",
         &if rv.valid {
-            "<span class=\"ok\">valid</span>".to_string()
+            format!("<span class=\"ok\">{}</span>", tr("valid"))
         } else {
-            "<span class=\"bad\">invalid</span>".to_string()
+            format!("<span class=\"bad\">{}</span>", tr("invalid"))
         },
         &if rv.valid {
-            format!("{} · since {}", esc(rv.registry), ago(Some(rv.since), now))
+            format!(
+                "{} · {} {}",
+                esc(rv.registry),
+                tr("since"),
+                ago(Some(rv.since), now)
+            )
         } else {
             format!(
-                "{} · {} · since {}",
+                "{} · {} · {} {}",
                 esc(rv.registry),
                 opt(rv.reason.as_deref()),
+                tr("since"),
                 ago(Some(rv.since), now)
             )
         },
@@ -187,9 +208,9 @@ pub(super) fn cards(h: &mut String, p: &Page) {
         "#audit",
         "Brake",
         &if st.brake.engaged {
-            "<span class=\"bad\">ENGAGED</span>".to_string()
+            format!("<span class=\"bad\">{}</span>", tr("ENGAGED"))
         } else {
-            "<span class=\"ok\">released</span>".to_string()
+            format!("<span class=\"ok\">{}</span>", tr("released"))
         },
         &if st.brake.engaged {
             format!(
@@ -198,7 +219,7 @@ pub(super) fn cards(h: &mut String, p: &Page) {
                 opt(st.brake.why.as_deref())
             )
         } else {
-            "actions allowed".into()
+            tr("actions allowed").into()
         },
     );
     match &st.last_sweep {
@@ -224,7 +245,7 @@ pub(super) fn cards(h: &mut String, p: &Page) {
                     .unwrap_or_default()
             ),
         ),
-        None => card(h, "#charts", "Last sweep", "-", "no sweep yet"),
+        None => card(h, "#charts", "Last sweep", "-", tr("no sweep yet")),
     }
     h.push_str("</div>");
 }
@@ -236,15 +257,15 @@ pub(super) fn charts(h: &mut String, p: &Page) {
     let window = crate::engine::HISTORY_WINDOW;
     let charts = [
         chart::Chart {
-            title: "Zombies found",
+            title: tr("Zombies found"),
             series: vec![
                 chart::Series {
-                    label: "tasks",
+                    label: tr("tasks"),
                     color: "#c62828",
                     points: pts(|s| s.zombies as f64),
                 },
                 chart::Series {
-                    label: "workflows",
+                    label: tr("workflows"),
                     color: "#ef6c00",
                     points: pts(|s| s.workflows as f64),
                 },
@@ -254,9 +275,9 @@ pub(super) fn charts(h: &mut String, p: &Page) {
             window,
         },
         chart::Chart {
-            title: "Actions taken",
+            title: tr("Actions taken"),
             series: vec![chart::Series {
-                label: "actions",
+                label: tr("actions"),
                 color: "#6a1b9a",
                 points: pts(|s| s.actions as f64),
             }],
@@ -265,9 +286,9 @@ pub(super) fn charts(h: &mut String, p: &Page) {
             window,
         },
         chart::Chart {
-            title: "Sweep duration",
+            title: tr("Sweep duration"),
             series: vec![chart::Series {
-                label: "duration",
+                label: tr("duration"),
                 color: "#1565c0",
                 points: pts(|s| s.duration_ms as f64),
             }],

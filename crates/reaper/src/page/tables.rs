@@ -2,6 +2,7 @@
 //! (and the masters' rows), and the latest audit records.
 
 use super::format::{ago, esc, opt, plural, reasons_line, section, span, tag};
+use super::lang::tr;
 use super::{tally, Page};
 use crate::views::{NodeView, ZombieView};
 use reaper_core::Instant;
@@ -11,19 +12,27 @@ fn zombie_evidence(z: &ZombieView, now: Instant) -> String {
     let e = &z.evidence;
     let mut v = Vec::new();
     if let Some(t) = e.lost_at {
-        v.push(format!("host lost {}", ago(Some(t), now)));
+        v.push(format!("{} {}", tr("host lost"), ago(Some(t), now)));
     } else if let Some(s) = e.absent_for_seconds {
-        v.push(format!("host absent {}", span(s.unsigned_abs())));
+        v.push(format!("{} {}", tr("host absent"), span(s.unsigned_abs())));
     }
     if let Some(t) = e.process_missing_since {
-        v.push(format!("process missing since {}", ago(Some(t), now)));
+        v.push(format!(
+            "{} {}",
+            tr("process missing since"),
+            ago(Some(t), now)
+        ));
     }
     if let Some(t) = e.process_seen_at {
-        v.push(format!("process last seen {}", ago(Some(t), now)));
+        v.push(format!("{} {}", tr("process last seen"), ago(Some(t), now)));
     }
     match z.reason {
-        "worker_restarted" => v.push(format!("worker started {}", ago(e.startup_time, now))),
-        "heartbeat_stale" => v.push(format!("heartbeat {}", ago(e.report_time, now))),
+        "worker_restarted" => v.push(format!(
+            "{} {}",
+            tr("worker started"),
+            ago(e.startup_time, now)
+        )),
+        "heartbeat_stale" => v.push(format!("{} {}", tr("heartbeat"), ago(e.report_time, now))),
         _ => {}
     }
     if v.is_empty() {
@@ -46,12 +55,15 @@ pub(super) fn zombies(h: &mut String, p: &Page) {
     let now = p.now;
     let title = if p.zombies_total > p.zombies.len() {
         format!(
-            "Zombie tasks ({}, first {} shown)",
+            "{} ({}, {} {} {})",
+            tr("Zombie tasks"),
             p.zombies_total,
-            p.zombies.len()
+            tr("first"),
+            p.zombies.len(),
+            tr("shown")
         )
     } else {
-        format!("Zombie tasks ({})", p.zombies_total)
+        format!("{} ({})", tr("Zombie tasks"), p.zombies_total)
     };
     section(
         h,
@@ -77,7 +89,7 @@ pub(super) fn zombies(h: &mut String, p: &Page) {
                 let follow = if z.workflow == "none" {
                     String::new()
                 } else {
-                    format!("<br>workflow: {}", esc(z.workflow))
+                    format!("<br>{}: {}", tr("workflow"), esc(z.workflow))
                 };
                 (
                     None,
@@ -95,11 +107,11 @@ pub(super) fn zombies(h: &mut String, p: &Page) {
                             "{}{}",
                             opt(z.owner_master.as_deref()),
                             if z.owner_master.is_none() {
-                                ""
+                                String::new()
                             } else if z.owner_master_alive {
-                                " <span class=\"ok\">alive</span>"
+                                format!(" <span class=\"ok\">{}</span>", tr("alive"))
                             } else {
-                                " <span class=\"bad\">lost</span>"
+                                format!(" <span class=\"bad\">{}</span>", tr("lost"))
                             }
                         ),
                         format!("{}{follow}", action(z.action, &z.disposition)),
@@ -117,7 +129,7 @@ pub(super) fn workflows(h: &mut String, p: &Page) {
     section(
         h,
         "workflows",
-        &format!("Stuck workflows ({})", p.workflows.len()),
+        &format!("{} ({})", tr("Stuck workflows"), p.workflows.len()),
         &reasons_line(&reasons),
         &[
             "workflow", "name", "state", "master", "reason", "evidence", "action", "note",
@@ -128,18 +140,23 @@ pub(super) fn workflows(h: &mut String, p: &Page) {
                 let e = &w.evidence;
                 let mut ev = Vec::new();
                 if let Some(t) = e.lost_at {
-                    ev.push(format!("master lost {}", ago(Some(t), now)));
+                    ev.push(format!("{} {}", tr("master lost"), ago(Some(t), now)));
                 } else if let Some(s) = e.absent_for_seconds {
-                    ev.push(format!("master absent {}", span(s.unsigned_abs())));
+                    ev.push(format!(
+                        "{} {}",
+                        tr("master absent"),
+                        span(s.unsigned_abs())
+                    ));
                 }
                 if let Some(t) = e.last_progress_at {
-                    ev.push(format!("last progress {}", ago(Some(t), now)));
+                    ev.push(format!("{} {}", tr("last progress"), ago(Some(t), now)));
                 }
                 if e.tasks_by_state.is_empty() {
-                    ev.push("no unfinished task".into());
+                    ev.push(tr("no unfinished task").into());
                 } else {
                     ev.push(format!(
-                        "tasks: {}",
+                        "{}: {}",
+                        tr("tasks"),
                         e.tasks_by_state
                             .iter()
                             .map(|(s, n)| format!("{} {n}", esc(s)))
@@ -157,9 +174,9 @@ pub(super) fn workflows(h: &mut String, p: &Page) {
                             "{} {}",
                             opt(w.host.as_deref()),
                             if w.owner_master_alive {
-                                "<span class=\"ok\">alive</span>"
+                                format!("<span class=\"ok\">{}</span>", tr("alive"))
                             } else {
-                                "<span class=\"bad\">lost</span>"
+                                format!("<span class=\"bad\">{}</span>", tr("lost"))
                             }
                         ),
                         tag("bad", w.reason),
@@ -190,29 +207,36 @@ pub(super) fn node_rows(
             ];
             if let Some(agent) = &n.agent {
                 row.push(match agent {
-                    None => "<span class=\"muted\">no agent</span>".to_string(),
+                    None => format!("<span class=\"muted\">{}</span>", tr("no agent")),
                     Some(a) => {
                         if !a.fresh {
                             class = Some("warn");
                         }
                         format!(
-                            "{} {} · report {}{}",
+                            "{} {} · {} {}{}",
                             if a.fresh {
                                 tag("ok", "fresh")
                             } else {
                                 tag("warn", "stale")
                             },
                             plural(a.tasks, "task process", "task processes"),
+                            tr("report"),
                             ago(Some(a.last_report_at), now),
                             if a.unreadable > 0 {
-                                format!(" · <span class=\"bad\">{} unreadable</span>", a.unreadable)
+                                format!(
+                                    " · <span class=\"bad\">{} {}</span>",
+                                    a.unreadable,
+                                    tr("unreadable")
+                                )
                             } else {
                                 String::new()
                             },
                         ) + &a
                             .blind
                             .as_deref()
-                            .map(|b| format!(" · <span class=\"bad\">blind: {}</span>", esc(b)))
+                            .map(|b| {
+                                format!(" · <span class=\"bad\">{}: {}</span>", tr("blind"), esc(b))
+                            })
                             .unwrap_or_default()
                     }
                 });
@@ -232,10 +256,14 @@ pub(super) fn workers(h: &mut String, p: &Page) {
     section(
         h,
         "workers",
-        &format!("Workers ({})", ws.len()),
+        &format!("{} ({})", tr("Workers"), ws.len()),
         &format!(
-            "agents: {fresh} fresh, {stale} stale, {} none",
-            ws.len() - fresh - stale
+            "{}: {fresh} {}, {stale} {}, {} {}",
+            tr("agents"),
+            tr("fresh"),
+            tr("stale"),
+            ws.len() - fresh - stale,
+            tr("none")
         ),
         &[
             "node",
@@ -254,8 +282,8 @@ pub(super) fn audit(h: &mut String, p: &Page) {
     section(
         h,
         "audit",
-        &format!("Latest audit records ({})", p.recent.len()),
-        "newest first",
+        &format!("{} ({})", tr("Latest audit records"), p.recent.len()),
+        tr("newest first"),
         &[
             "when", "event", "subject", "reason", "action", "state", "actor", "detail",
         ],

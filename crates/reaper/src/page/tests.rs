@@ -31,6 +31,7 @@ fn reasons_are_counted_largest_first() {
 fn quiet_page(now: Instant) -> Page {
     use crate::views::{BrakeView, RegistryViewState};
     Page {
+        lang: Default::default(),
         status: StatusView {
             version: "0.0.0-test",
             ds_line: Some("3.2"),
@@ -145,4 +146,30 @@ fn a_quiet_cluster_reads_all_clear_and_the_charts_say_there_is_no_data() {
         "{h}"
     );
     assert!(h.contains("last <tspan class=\"lv\">44 ms</tspan>"), "{h}");
+}
+
+#[test]
+fn the_page_speaks_chinese_when_asked_and_keeps_identifiers() {
+    let now = chrono::DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+    let mut p = quiet_page(now);
+    p.lang = super::lang::Lang::Zh;
+    let h = render(&p);
+    assert!(h.contains("<html lang=\"zh-CN\">"), "{h}");
+    assert!(
+        h.contains("一切正常：没有僵尸任务，没有卡住的工作流。"),
+        "{h}"
+    );
+    assert!(h.contains("僵尸任务"), "{h}");
+    assert!(h.contains("最近一次扫描"), "{h}");
+    assert!(h.contains("秒前"), "ages in Chinese: {h}");
+    assert!(!h.contains("All clear"), "{h}");
+    assert!(!h.contains(" ago<"), "{h}");
+    // the API's words stay as the API spells them
+    assert!(h.contains("zookeeper"), "{h}");
+    assert!(h.contains("incremental"), "{h}");
+    // and the next render, in English, is English again
+    p.lang = super::lang::Lang::En;
+    let h = render(&p);
+    assert!(h.contains("All clear"), "{h}");
+    assert!(!h.contains("僵尸"), "{h}");
 }
