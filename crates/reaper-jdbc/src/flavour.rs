@@ -172,15 +172,33 @@ impl Term {
             }
         }
     }
+}
 
-    /// How far the row's time lies ahead of `now_ms` (a clock skew hint).
-    pub fn ahead_of(&self, now_ms: i64) -> Option<Duration> {
-        let t = match self {
-            Term::LastTerm(t) => *t,
-            Term::Client(Some(b)) => b.last_heartbeat_ms,
-            Term::Client(None) => return None,
-        };
-        (t > now_ms).then(|| Duration::from_millis((t - now_ms) as u64))
+/// How far a DS server's clock lies from the daemon's, as far as its rows
+/// prove it: positive ahead, negative behind, None when nothing is proven.
+///
+/// A term ahead of the poll's send time `sent_ms` is ahead by at least the
+/// difference. Behind needs two polls: a term that moved since the previous
+/// poll (`prev`: that poll's term and send time) was written after that poll
+/// read it, so a new term dated before the previous send is behind by at
+/// least the difference. A row that stopped moving (a dead server) proves
+/// nothing, so an old term alone never warns.
+pub fn clock_skew(prev: Option<(i64, i64)>, term_ms: i64, sent_ms: i64) -> Option<i64> {
+    if term_ms > sent_ms {
+        return Some(term_ms - sent_ms);
+    }
+    let (prev_term, prev_sent) = prev?;
+    (term_ms > prev_term && term_ms < prev_sent).then(|| term_ms - prev_sent)
+}
+
+impl Term {
+    /// The time that moves while the row's server lives (epoch ms).
+    pub fn millis(&self) -> Option<i64> {
+        match self {
+            Term::LastTerm(t) => Some(*t),
+            Term::Client(Some(b)) => Some(b.last_heartbeat_ms),
+            Term::Client(None) => None,
+        }
     }
 }
 
@@ -236,11 +254,27 @@ mod tests {
         assert_eq!(t(now - 6_001), Err(Dead::TermExpired));
         // a term from the future (a DS host's clock ahead) is live
         assert_eq!(t(now + 3_000), Ok(()));
+    }
+
+    #[test]
+    fn clock_skew_is_seen_both_ways() {
+        let sent = 1_700_000_010_000;
+        // ahead: a term from the future
+        assert_eq!(clock_skew(None, sent + 3_000, sent), Some(3_000));
+        // behind: a term written after the previous poll, dated before it
+        let prev = Some((sent - 20_000, sent - 1_000));
+        assert_eq!(clock_skew(prev, sent - 5_000, sent), Some(-4_000));
+        // a term written after the previous poll and dated after it proves nothing
+        assert_eq!(clock_skew(prev, sent - 500, sent), None);
+        // a term that did not move (a dead server) proves nothing, however old
         assert_eq!(
-            Term::LastTerm(now + 3_000).ahead_of(now),
-            Some(Duration::from_secs(3))
+            clock_skew(Some((sent - 60_000, sent - 1_000)), sent - 60_000, sent),
+            None
         );
-        assert_eq!(Term::LastTerm(now).ahead_of(now), None);
+        // a single poll of an old term proves nothing either
+        assert_eq!(clock_skew(None, sent - 60_000, sent), None);
+        assert_eq!(Term::Client(None).millis(), None);
+        assert_eq!(Term::LastTerm(5).millis(), Some(5));
     }
 
     #[test]

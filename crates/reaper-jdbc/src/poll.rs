@@ -9,15 +9,23 @@
 //! poll has succeeded within 3 × `poll_interval` (a poll still in flight
 //! counts as none); the next good poll ends the gap and restarts every
 //! absence clock (SPEC §4.1).
+//!
+//! On 3.1/3.2 the same statement reads DS's master-failover lock rows
+//! (SPEC §13): a row whose term is fresh by the same rule is a holder — a
+//! dead holder's row stays behind until some DS server starts, and no pass
+//! runs under it meanwhile.
 
-use crate::flavour::{Dead, Flavour};
+use crate::flavour::{clock_skew, Dead, Flavour};
 use crate::registry::{lock, Inner};
 use crate::source::{JdbcSource, RegistryRow};
 use crate::JdbcError;
 use chrono::Utc;
-use reaper_core::registry::{Changes, Detected, Gap, ListedNode, Listing, Membership, Note};
+use reaper_core::registry::{
+    failover_lock_paths, Changes, Detected, FailoverLockLayout, Gap, ListedNode, Listing,
+    Membership, Note,
+};
 use reaper_core::{Instant, RegistryView};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -28,8 +36,8 @@ use tokio::time::Instant as Tick;
 
 /// Losses older than an hour are forgotten; checked this often.
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
-/// A row's term this far ahead of the daemon's clock is worth a warning:
-/// DS judges terms on its servers' clocks, ds-reaper on its own.
+/// A DS server's clock this far from the daemon's (either way) is worth a
+/// warning: DS judges terms on its servers' clocks, ds-reaper on its own.
 const SKEW_WARN: Duration = Duration::from_secs(2);
 
 type Poll =
@@ -43,7 +51,12 @@ pub(crate) struct Poller {
     published: Arc<RegistryView>,
     /// Keys whose row is present but dead, already logged.
     dead_logged: HashSet<String>,
-    skew_warned: bool,
+    /// Whether a clock ahead, and one behind, was already reported.
+    skew_warned: (bool, bool),
+    /// Each row's term at the previous poll, and when that poll was sent
+    /// (epoch ms): what proves a clock behind.
+    terms: HashMap<String, i64>,
+    prev_sent: Option<i64>,
     /// The last poll failed (for the log and the recovery count).
     failing: bool,
 }
@@ -61,7 +74,9 @@ impl Poller {
             membership,
             published,
             dead_logged: HashSet::new(),
-            skew_warned: false,
+            skew_warned: (false, false),
+            terms: HashMap::new(),
+            prev_sent: None,
             failing: false,
         }
     }
@@ -142,25 +157,72 @@ impl Poller {
             tracing::info!("registry poll succeeded again");
         }
         *lock(&self.inner.flavour) = Some(flavour);
-        let listing = self.judge(rows, sent);
-        let c = self.membership.apply_listing(listing, Utc::now());
+        let locks = match self.inner.settings.line {
+            Some(line) => failover_lock_paths(line),
+            None => FailoverLockLayout::for_lines(flavour.lines()),
+        };
+        let (listing, held) = self.judge(rows, sent, &locks);
+        // One step: the view is never valid without the locks of its poll.
+        let now = Utc::now();
+        let mut c = self.membership.apply_listing(listing, now);
+        c.publish |= self.membership.apply_failover_locks(&held, now).publish;
         self.settle(c);
     }
 
-    /// DS's rule per row at `sent`: the live rows make the listing.
-    fn judge(&mut self, rows: Vec<RegistryRow>, sent: Instant) -> Listing {
+    /// Warns once per direction when a row proves a DS clock away from ours.
+    fn check_skew(&mut self, terms: &HashMap<String, i64>, sent_ms: i64) {
+        let warn = i64::try_from(SKEW_WARN.as_millis()).unwrap_or(i64::MAX);
+        for (key, term) in terms {
+            let prev = self
+                .prev_sent
+                .and_then(|s| self.terms.get(key).map(|t| (*t, s)));
+            let Some(skew) = clock_skew(prev, *term, sent_ms) else {
+                continue;
+            };
+            let by = Duration::from_millis(skew.unsigned_abs());
+            if skew > warn && !self.skew_warned.0 {
+                self.skew_warned.0 = true;
+                tracing::warn!(key = %key, ahead = ?by,
+                    "a registry row's term lies ahead of this host's clock: \
+                     liveness is judged on the daemon's clock, keep the clocks in sync");
+            } else if skew < -warn && !self.skew_warned.1 {
+                self.skew_warned.1 = true;
+                tracing::warn!(key = %key, behind = ?by,
+                    "a registry row's term was written behind this host's clock: \
+                     liveness is judged on the daemon's clock, keep the clocks in sync");
+            }
+        }
+    }
+
+    /// DS's rule per row at `sent`: the live server rows make the listing,
+    /// the fresh lock rows the holders per master.
+    fn judge(
+        &mut self,
+        rows: Vec<RegistryRow>,
+        sent: Instant,
+        locks: &FailoverLockLayout,
+    ) -> (Listing, HashMap<String, usize>) {
         let now_ms = sent.timestamp_millis();
         let expire_after = self.inner.settings.expire_after;
         let mut nodes = Vec::with_capacity(rows.len());
         let mut dead_now: HashSet<String> = HashSet::new();
+        let mut held: HashMap<String, usize> = HashMap::new();
+        let terms: HashMap<String, i64> = rows
+            .iter()
+            .filter_map(|r| Some((r.key.clone(), r.term.millis()?)))
+            .collect();
+        self.check_skew(&terms, now_ms);
+        self.terms = terms;
+        self.prev_sent = Some(now_ms);
         for row in rows {
-            if let Some(ahead) = row.term.ahead_of(now_ms) {
-                if ahead > SKEW_WARN && !self.skew_warned {
-                    self.skew_warned = true;
-                    tracing::warn!(key = %row.key, ahead = ?ahead,
-                        "a registry row's term lies ahead of this host's clock: \
-                         liveness is judged on the daemon's clock, keep the clocks in sync");
+            if row.lock {
+                if let Some(master) = locks.lock_of(&row.key) {
+                    let n = held.entry(master).or_default();
+                    if row.term.judge(now_ms, expire_after).is_ok() {
+                        *n += 1;
+                    }
                 }
+                continue;
             }
             match row.term.judge(now_ms, expire_after) {
                 Ok(()) => nodes.push(ListedNode {
@@ -182,10 +244,11 @@ impl Poller {
             .dead_rows
             .store(dead_now.len() as u64, Ordering::Relaxed);
         self.dead_logged = dead_now;
-        Listing {
+        let listing = Listing {
             nodes,
             legacy_dir: false,
-        }
+        };
+        (listing, held)
     }
 
     /// Logs what the machine noted; sends the view when it changed.

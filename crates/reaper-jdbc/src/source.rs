@@ -17,15 +17,19 @@ use std::str::FromStr;
 use std::sync::Mutex;
 use std::time::Duration;
 
-/// One registry row of a server node, as read.
+/// One registry row of a server node, or of a master-failover lock, as read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RegistryRow {
-    /// `key` / `data_key`: the bare path, e.g. `/nodes/worker/10.0.0.5:1234`.
+    /// `key` / `data_key`: the bare path, e.g. `/nodes/worker/10.0.0.5:1234`;
+    /// a lock row's `key` / `lock_key`, e.g. `/lock/master-failover/10.0.0.5:5678`.
     pub key: String,
-    /// `data` / `data_value`: the server's heartbeat.
+    /// `data` / `data_value`: the server's heartbeat (empty for a lock).
     pub data: String,
-    /// What says whether the server lives.
+    /// What says whether the server (the lock's holder) lives.
     pub term: Term,
+    /// A row of the lock table (3.1/3.2): its holder runs a failover pass
+    /// while the term is fresh (SPEC §13).
+    pub lock: bool,
 }
 
 #[derive(Clone)]
@@ -55,16 +59,24 @@ const PROBE_PG: &str = "SELECT LOWER(table_name::text), LOWER(column_name::text)
      ('t_ds_mysql_registry_data', 't_ds_jdbc_registry_data', 't_ds_jdbc_registry_client_heartbeat')";
 
 /// The poll: every ephemeral row under `/nodes/master` and `/nodes/worker`,
-/// with what DS's liveness rule needs. Persistent rows are never servers.
+/// with what DS's liveness rule needs, and on 3.1/3.2 the rows of the
+/// master-failover locks (3.1.9 `MasterFailoverService`:
+/// `/lock/failover/masters/<host>`; 3.2.2: `/lock/master-failover/<host>`)
+/// in the same statement, so both are seen at one moment. Persistent rows
+/// are never servers. 3.3's failover needs no guard and is not read.
 fn poll_statement(flavour: Flavour) -> &'static str {
     match flavour {
         Flavour::MySql31 => {
-            "SELECT `key`, `data`, last_term FROM t_ds_mysql_registry_data \
-             WHERE `type` = 1 AND (`key` LIKE '/nodes/worker/%' OR `key` LIKE '/nodes/master/%')"
+            "SELECT `key`, `data`, last_term, 0 AS is_lock FROM t_ds_mysql_registry_data \
+             WHERE `type` = 1 AND (`key` LIKE '/nodes/worker/%' OR `key` LIKE '/nodes/master/%') \
+             UNION ALL SELECT `key`, '', last_term, 1 FROM t_ds_mysql_registry_lock \
+             WHERE `key` LIKE '/lock/failover/masters/%'"
         }
         Flavour::Term32 => {
-            "SELECT data_key, data_value, last_term FROM t_ds_jdbc_registry_data \
-             WHERE data_type = 1 AND (data_key LIKE '/nodes/worker/%' OR data_key LIKE '/nodes/master/%')"
+            "SELECT data_key, data_value, last_term, 0 AS is_lock FROM t_ds_jdbc_registry_data \
+             WHERE data_type = 1 AND (data_key LIKE '/nodes/worker/%' OR data_key LIKE '/nodes/master/%') \
+             UNION ALL SELECT lock_key, '', last_term, 1 FROM t_ds_jdbc_registry_lock \
+             WHERE lock_key LIKE '/lock/master-failover/%'"
         }
         Flavour::Client33 => {
             "SELECT d.data_key, d.data_value, h.last_heartbeat_time, h.connection_config \
@@ -277,10 +289,15 @@ fn decode<R>(
                 }
                 (t, _) => t,
             };
+            let lock = match flavour {
+                Flavour::MySql31 | Flavour::Term32 => int(r, 3)?.unwrap_or(0) == 1,
+                Flavour::Client33 => false,
+            };
             Ok(RegistryRow {
                 key: text(r, 0)?.unwrap_or_default(),
                 data: text(r, 1)?.unwrap_or_default(),
                 term,
+                lock,
             })
         })
         .collect()
@@ -374,6 +391,17 @@ mod tests {
     fn statements_name_each_flavours_table() {
         for f in [Flavour::MySql31, Flavour::Term32, Flavour::Client33] {
             assert!(poll_statement(f).contains(f.data_table()));
+        }
+        assert!(poll_statement(Flavour::MySql31).contains("t_ds_mysql_registry_lock"));
+        assert!(poll_statement(Flavour::Term32).contains("t_ds_jdbc_registry_lock"));
+        for f in [Flavour::MySql31, Flavour::Term32] {
+            let layout = reaper_core::registry::FailoverLockLayout::for_lines(f.lines());
+            for d in layout.dirs {
+                assert!(
+                    poll_statement(f).contains(&format!("LIKE '{}/%'", d.path)),
+                    "{f:?}"
+                );
+            }
         }
     }
 }

@@ -336,7 +336,8 @@ async fn a_revoked_grant_fails_the_poll_and_a_new_grant_restores_it() {
         let role = format!("dsr_reader_{}", std::process::id());
         let tables = match fixture {
             "dev" => "t_ds_jdbc_registry_data, t_ds_jdbc_registry_client_heartbeat",
-            _ => "t_ds_jdbc_registry_data",
+            // 3.2's poll reads the master-failover lock rows too (SPEC §13)
+            _ => "t_ds_jdbc_registry_data, t_ds_jdbc_registry_lock",
         };
         db.exec(&format!(
             "DROP ROLE IF EXISTS {role}; CREATE ROLE {role} LOGIN PASSWORD 'pw'; \
