@@ -15,6 +15,8 @@
 #   launch.sh heartbeats RUN                  every /nodes/master|worker node's data
 #   launch.sh tasks RUN                       live task processes of the run's workers (pid, ppid, cwd, cmd)
 #   launch.sh sql RUN [SQL]                   client on the run's database (stdin if no SQL)
+#   launch.sh observe RUN [SECONDS]           print every change of task/workflow/command rows, ZK
+#                                             nodes and task processes, once a second (UTC times)
 #   launch.sh stop RUN SERVER [--signal TERM|KILL|STOP|CONT]
 #   launch.sh stop-all [RUN] [--keep-tasks]   TERM (then KILL) every server; also kills leftover task
 #                                             processes whose cwd lies in the run's worker data dirs
@@ -220,6 +222,10 @@ start_server() {
   local rpc http; rpc=$(rpc_port "$kind" "$idx") http=$(http_port "$kind" "$idx")
   local -a opts=(-server -Xms64m "-Xmx$HEAP" -Xss512k -XX:TieredStopAtLevel=1 -XX:+UseSerialGC
     -XX:+ExitOnOutOfMemoryError -Duser.timezone=UTC -Dfile.encoding=UTF-8
+    # JDK 17: 3.1's AbstractCommandExecutor.getProcessId reads java.lang.ProcessImpl.pid by
+    # reflection; without this it logs InaccessibleObjectException and records pid 0
+    --add-opens=java.base/java.lang=ALL-UNNAMED --add-opens=java.base/java.util=ALL-UNNAMED
+    --add-opens=java.base/java.lang.reflect=ALL-UNNAMED --add-opens=java.base/java.nio=ALL-UNNAMED
     "-Dspring.profiles.active=$profile"
     "-Dspring.datasource.driver-class-name=$driver" "-Dspring.datasource.url=$url"
     "-Dspring.datasource.username=$user" "-Dspring.datasource.password=$pass"
@@ -250,8 +256,8 @@ start_server() {
   rm -f "$sd/pid"
   # the JVM writes nothing itself: the inner bash records its own pid, then execs java (same pid);
   # setsid may fork, so $! would not be the JVM
-  (cd "$sd" && setsid bash -c 'echo $$ >pid; exec "$@"' ds-"$s" "$JAVA" "${opts[@]}" -cp "$cp" "$(main_class "$kind")" \
-    >"$sd/stdout.log" 2>&1 </dev/null &)
+  (cd "$sd" && exec setsid bash -c 'echo $$ >pid; exec "$@"' ds-"$s" "$JAVA" "${opts[@]}" -cp "$cp" "$(main_class "$kind")") \
+    >"$sd/stdout.log" 2>&1 </dev/null &
   local i
   for ((i = 0; i < 50; i++)); do [[ -s $sd/pid ]] && break; sleep 0.1; done
   [[ -s $sd/pid ]] || die "$s: no pid file"
@@ -333,12 +339,23 @@ cmd_status() {
   done
 }
 
-# task processes: anything whose cwd is inside one of the run's worker data dirs
+# task processes of the run's workers: every process in a worker JVM's session (each JVM is
+# started by setsid, so its pid is its session id, and task processes and their children keep
+# it after the JVM dies) other than the JVM itself, and anything whose cwd is inside a worker's
+# data dir (a user's script may cd elsewhere, its session stays)
 task_pids() {
-  local p cwd
+  local p cwd sid s
+  local -A sids=() jvms=()
+  for s in $(servers_of_run | grep worker); do
+    local w; w=$(pid_of "$s")
+    [[ -n $w ]] && sids[$w]=1 && jvms[$w]=1
+  done
   for p in /proc/[0-9]*; do
-    cwd=$(readlink "$p/cwd" 2>/dev/null) || continue
-    [[ $cwd == "$RUN_DIR"/worker-*/data/* ]] && echo "${p#/proc/}"
+    local n=${p#/proc/}
+    [[ -n ${jvms[$n]:-} ]] && continue
+    sid=$(awk '{print $6}' "$p/stat" 2>/dev/null) || continue
+    cwd=$(readlink "$p/cwd" 2>/dev/null) || cwd=
+    if [[ -n ${sids[$sid]:-} || $cwd == "$RUN_DIR"/worker-*/data/* ]]; then echo "$n"; fi
   done
   return 0
 }
@@ -346,8 +363,38 @@ cmd_tasks() {
   load_run "${1:?run}"
   local p
   for p in $(task_pids); do
-    printf 'pid %s ppid %s cwd %s\n  cmd %s\n' "$p" "$(awk '{print $4}' /proc/"$p"/stat)" "$(readlink /proc/"$p"/cwd)" \
+    printf 'pid %s ppid %s sid %s cwd %s\n  cmd %s\n' "$p" "$(awk '{print $4}' /proc/"$p"/stat)" "$(awk '{print $6}' /proc/"$p"/stat)" "$(readlink /proc/"$p"/cwd)" \
       "$(tr '\0' ' ' </proc/"$p"/cmdline)"
+  done
+}
+
+# observe RUN SECONDS: once a second, print what changed (UTC ms timestamps): task rows, workflow
+# rows, commands, ZK server nodes, live task processes
+cmd_observe() {
+  load_run "${1:?run}"
+  local secs=${2:-120} t0=$SECONDS prev_t="" prev_w="" prev_c="" prev_z="" prev_p=""
+  local tq wq cq
+  case $DB_KIND in
+  mysql) tq="select id,name,state,host,pid,flag,submit_time,start_time,end_time,execute_path from t_ds_task_instance order by id"
+    wq="select id,state,host,command_type,recovery,run_times from t_ds_process_instance order by id"
+    cq="select id,command_type,process_instance_id,command_param from t_ds_command order by id" ;;
+  postgres) tq="select id,name,state,host,pid,flag,submit_time,start_time,end_time,execute_path from t_ds_task_instance order by id"
+    wq="select id,state,host,command_type,recovery,run_times from t_ds_process_instance order by id"
+    cq="select id,command_type,process_instance_id,command_param from t_ds_command order by id" ;;
+  esac
+  q() { case $DB_KIND in mysql) my -N -B "$DB_NAME" -e "$1" 2>/dev/null ;; postgres) pg -d "$DB_NAME" -tA -F $'\t' -c "$1" 2>/dev/null ;; esac; }
+  while ((SECONDS - t0 < secs)); do
+    local ts; ts=$(date -u +%H:%M:%S.%3N)
+    local t w c z pr
+    t=$(q "$tq") w=$(q "$wq") c=$(q "$cq")
+    z="master: $(zk_children /nodes/master | tr '\n' ' ')| worker: $(zk_children /nodes/worker | tr '\n' ' ')"
+    pr=$(for p in $(task_pids); do echo "$p sid=$(awk '{print $6}' /proc/$p/stat 2>/dev/null) $(tr '\0' ' ' </proc/$p/cmdline 2>/dev/null | cut -c1-80)"; done)
+    [[ $t != "$prev_t" ]] && { echo "$ts task_instance:"; sed 's/^/    /' <<<"$t"; prev_t=$t; }
+    [[ $w != "$prev_w" ]] && { echo "$ts process_instance:"; sed 's/^/    /' <<<"$w"; prev_w=$w; }
+    [[ $c != "$prev_c" ]] && { echo "$ts command:"; sed 's/^/    /' <<<"$c"; prev_c=$c; }
+    [[ $z != "$prev_z" ]] && { echo "$ts zk $z"; prev_z=$z; }
+    [[ $pr != "$prev_p" ]] && { echo "$ts task processes:"; sed 's/^/    /' <<<"$pr"; prev_p=$pr; }
+    sleep 1
   done
 }
 
@@ -415,6 +462,7 @@ zk) cmd_zk "$@" ;;
 heartbeats) cmd_heartbeats "$@" ;;
 tasks) cmd_tasks "$@" ;;
 sql) cmd_sql "$@" ;;
+observe) cmd_observe "$@" ;;
 stop) cmd_stop "$@" ;;
 stop-all) cmd_stop_all "$@" ;;
 *) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2 ;;
