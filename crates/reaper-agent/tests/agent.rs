@@ -23,9 +23,10 @@ fn pids_of(r: &reaper_core::agent::AgentReport, task: i64) -> Option<Vec<i32>> {
         .map(|t| t.pids.clone())
 }
 
-/// `reaper_agent::run`, the call `ds-reaper agent` makes: the report lists
-/// every task process of every line's path form (a child in a subdirectory
-/// included), a killed process is missing from the next report, the
+/// `reaper_agent::run`, the call `ds-reaper agent` makes: before it has seen
+/// its worker's heartbeat the agent is blind and reads every line's path
+/// form (a child in a subdirectory included); once the worker registers it
+/// sees, is ready, and a killed process is missing from the next report; the
 /// endpoints answer, and a stop removes the node at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_publishes_real_task_processes_and_drops_a_killed_one() {
@@ -80,21 +81,18 @@ async fn run_publishes_real_task_processes_and_drops_a_killed_one() {
     }
     assert!(r.scan_ms < 1000, "a scan took {} ms", r.scan_ms);
 
+    // no worker heartbeat seen yet: blind, every line's paths read, listings published
+    assert!(
+        r.blind
+            .as_deref()
+            .is_some_and(|b| b.contains("heartbeat has not been seen")),
+        "{r:#?}"
+    );
     let (code, body) = get(&format!("{http}/healthz")).await;
     assert_eq!(code, 200, "{body}");
     let (code, body) = get(&format!("{http}/readyz")).await;
-    assert_eq!(code, 200, "{body}");
-    let (code, body) = get(&format!("{http}/")).await;
-    assert_eq!(code, 200, "{body}");
-    let status: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(status["worker"], "10.9.8.7:1234");
-    assert_eq!(status["ready"], true);
-    assert!(
-        status["report"]["tasks"]
-            .as_array()
-            .is_some_and(|t| t.len() == 4),
-        "{body}"
-    );
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("blind"), "{body}");
     let (_, metrics) = get(&format!("{http}/metrics")).await;
     assert_eq!(
         sample(&metrics, "ds_reaper_agent_task_processes"),
@@ -111,11 +109,35 @@ async fn run_publishes_real_task_processes_and_drops_a_killed_one() {
     );
     assert!(sample(&metrics, "ds_reaper_agent_scans_total").unwrap() >= 1.0);
 
+    // the worker registers (3.2, its JVM's pid live): the agent sees, and
+    // reads paths as 3.2/3.3 only
+    let _worker = ds_sim::zk::SimServer::register(
+        &zk,
+        &root,
+        DsLine::V3_2,
+        NodeKind::Worker,
+        "10.9.8.7:1234",
+        &[],
+        chrono::Utc::now(),
+    )
+    .await
+    .unwrap();
+    let (r, _) = wait_report(&c, &node, "a complete report", |r| r.complete()).await;
+    assert!(r.lists(12) && r.lists(33), "{r:#?}");
+    let (code, body) = get(&format!("{http}/readyz")).await;
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = get(&format!("{http}/")).await;
+    assert_eq!(code, 200, "{body}");
+    let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(status["worker"], "10.9.8.7:1234");
+    assert_eq!(status["ready"], true);
+    assert_eq!(status["report"]["blind"], serde_json::Value::Null, "{body}");
+
     // the process of task 12 dies: the next report lacks it, the others stay
     let seq = r.seq;
     t12.kill().unwrap();
     let (r2, _) = wait_report(&c, &node, "task 12 gone", |r| r.seq > seq && !r.lists(12)).await;
-    assert!(r2.lists(22) && r2.lists(33) && r2.lists(44), "{r2:#?}");
+    assert!(r2.lists(33) && r2.complete(), "{r2:#?}");
 
     cancel.cancel();
     let stopped = tokio::time::timeout(Duration::from_secs(10), agent).await;
@@ -138,6 +160,17 @@ async fn unreadable_processes_are_reported_and_make_the_agent_not_ready() {
     let base = ExecBase::new().unwrap();
     let t = base.start(DsLine::V3_2, 1, 2).unwrap();
     let other = base.start(DsLine::V3_2, 1, 3).unwrap();
+    let _worker = ds_sim::zk::SimServer::register(
+        &zk,
+        &root,
+        DsLine::V3_2,
+        NodeKind::Worker,
+        "w1:1234",
+        &[],
+        chrono::Utc::now(),
+    )
+    .await
+    .unwrap();
     let (source, deny) = Denying::new(ProcFs::new("/proc"));
     deny.lock().unwrap().insert(t.pid(), Denial::Eacces);
     deny.lock().unwrap().insert(other.pid(), Denial::Eperm);
