@@ -467,6 +467,39 @@ impl SimDb {
         self.insert(TASK, c).await
     }
 
+    /// Records that task `parent_task` of workflow `parent_wf` runs the
+    /// child workflow instance `child` (a SUB_PROCESS / SUB_WORKFLOW task),
+    /// in the line's relation table as DS's `createSubWorkProcess` does.
+    pub async fn insert_relation(
+        &self,
+        parent_wf: i64,
+        parent_task: i64,
+        child: i64,
+    ) -> Result<i64> {
+        let (table, pw, ch) = if self.line == DsLine::V3_3 {
+            (
+                "t_ds_relation_workflow_instance",
+                "parent_workflow_instance_id",
+                "workflow_instance_id",
+            )
+        } else {
+            (
+                "t_ds_relation_process_instance",
+                "parent_process_instance_id",
+                "process_instance_id",
+            )
+        };
+        self.insert(
+            table,
+            vec![
+                (pw, V::I(Some(parent_wf as i32))),
+                ("parent_task_instance_id", V::I(Some(parent_task as i32))),
+                (ch, V::I(Some(child as i32))),
+            ],
+        )
+        .await
+    }
+
     /// A task's state, end_time, flag and host.
     pub async fn task_state(&self, id: i64) -> Result<TaskState> {
         let host = match self.kind {

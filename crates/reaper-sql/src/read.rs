@@ -131,6 +131,16 @@ impl Db {
         Ok(page)
     }
 
+    /// [`Db::by_ids`] for the crate's other modules.
+    pub(crate) async fn reread_tasks(
+        &self,
+        line: DsLine,
+        cat: &Catalog,
+        ids: &[i64],
+    ) -> Result<Page, SqlError> {
+        self.by_ids(line, cat, ids).await
+    }
+
     async fn by_ids(&self, line: DsLine, cat: &Catalog, ids: &[i64]) -> Result<Page, SqlError> {
         let zone = self.zone;
         let page = with_conn!(self, "reading task rows by id", |c: D| stmt::by_ids::<D>(
@@ -138,6 +148,39 @@ impl Db {
         ))?;
         self.note_skipped(TASK, &page.bad);
         Ok(page)
+    }
+
+    /// Fills `child_workflow_state` of the SUB_PROCESS / SUB_WORKFLOW rows
+    /// of `rows` (SPEC §3) by a second read of those rows' ids only: the
+    /// common sweep, which has none or few of them, pays nothing for it.
+    async fn fill_children(
+        &self,
+        line: DsLine,
+        cat: &Catalog,
+        rows: &mut [Candidate],
+    ) -> Result<(), SqlError> {
+        let subs: Vec<(i64, Option<i64>)> = rows
+            .iter()
+            .filter(|c| line.is_sub_process_task(&c.task_type))
+            .map(|c| (c.id, c.workflow_instance_id))
+            .collect();
+        if subs.is_empty() {
+            return Ok(());
+        }
+        let mut states = std::collections::HashMap::new();
+        for chunk in subs.chunks(ID_BATCH) {
+            states.extend(with_conn!(
+                self,
+                "reading the child workflows of SUB_PROCESS tasks",
+                |c: D| stmt::child_states::<D>(c, line, cat, chunk)
+            )?);
+        }
+        for c in rows.iter_mut() {
+            if let Some(s) = states.get(&c.id) {
+                c.child_workflow_state = Some(*s);
+            }
+        }
+        Ok(())
     }
 
     /// Keyset-paged read of `Select::Unfinished` rows above `after`, each
@@ -189,7 +232,8 @@ impl Db {
         self.scan_above(line, &cat, 0, states, Shared(&sorted))
             .await?;
         let mut s = sorted.into_inner().unwrap_or_else(|e| e.into_inner());
-        let out = s.candidates();
+        let mut out = s.candidates();
+        self.fill_children(line, &cat, &mut out).await?;
         cursor.replace(s.known, s.pending, s.bad, top_now);
         Ok(out)
     }
@@ -231,6 +275,7 @@ impl Db {
         let mut out = s.candidates();
         // ids are unique: unstable sorts the same, without a buffer of half the rows
         out.sort_unstable_by_key(|c| c.id);
+        self.fill_children(line, &cat, &mut out).await?;
         cursor.replace(s.known, s.pending, s.bad, top_now);
         Ok(out)
     }
@@ -248,7 +293,12 @@ impl Db {
                 reason: b.error,
             });
         }
-        Ok(page.rows.into_iter().next())
+        let Some(mut t) = page.rows.into_iter().next() else {
+            return Ok(None);
+        };
+        self.fill_children(line, &cat, std::slice::from_mut(&mut t.row))
+            .await?;
+        Ok(Some(t))
     }
 }
 

@@ -20,7 +20,41 @@ pub(crate) const LEARNED_TABLES: &[&str] = &[
     "t_ds_workflow_instance",
     COMMAND,
     SCHEDULES,
+    "t_ds_relation_process_instance",
+    "t_ds_relation_workflow_instance",
 ];
+
+/// The line's parent-child relation of workflow instances: which child
+/// workflow instance a SUB_PROCESS / SUB_WORKFLOW task runs (SPEC §3).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Relation {
+    pub table: &'static str,
+    /// The parent workflow instance: the leading column of the index that
+    /// 3.1+ has on (parent workflow, parent task).
+    pub parent_wf: &'static str,
+    pub parent_task: &'static str,
+    /// The child workflow instance.
+    pub child: &'static str,
+}
+
+/// 3.3 renamed `t_ds_relation_process_instance` and its `process` columns.
+pub(crate) fn relation(line: DsLine) -> Relation {
+    if line == DsLine::V3_3 {
+        Relation {
+            table: "t_ds_relation_workflow_instance",
+            parent_wf: "parent_workflow_instance_id",
+            parent_task: "parent_task_instance_id",
+            child: "workflow_instance_id",
+        }
+    } else {
+        Relation {
+            table: "t_ds_relation_process_instance",
+            parent_wf: "parent_process_instance_id",
+            parent_task: "parent_task_instance_id",
+            child: "process_instance_id",
+        }
+    }
+}
 
 /// How a task row names its worker group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

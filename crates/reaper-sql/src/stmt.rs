@@ -5,13 +5,13 @@
 use crate::dialect::{Conn, Dialect, RowOf};
 use crate::read::{BadRow, Page, Select};
 use crate::schema::{
-    finished_list, learned_tables_list, names, worker_group_from_id, Catalog, WorkerGroupCol, TASK,
-    WORKER_GROUP,
+    finished_list, learned_tables_list, names, relation, worker_group_from_id, Catalog,
+    WorkerGroupCol, TASK, WORKER_GROUP,
 };
 use crate::sql::Sql;
 use crate::{SqlError, TaskRow, PAGE};
 use reaper_core::{Candidate, DsLine, Zone};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 pub(crate) async fn ping<D: Dialect>(c: &mut Conn<D>) -> Result<(), SqlError> {
     Sql::<D>::new("SELECT 1").execute(c).await?;
@@ -87,9 +87,14 @@ fn select_from(line: DsLine, cat: &Catalog) -> String {
     } else {
         "NULL"
     };
+    let ep = if cat.has(TASK, "execute_path") {
+        "t.execute_path"
+    } else {
+        "NULL"
+    };
     format!(
         "SELECT t.id, t.name, t.task_type, t.state, t.host, t.submit_time, t.start_time, \
-         {wg}, {wg_name}, {pc}, t.{fk}, t.flag, w.host, w.state \
+         {wg}, {wg_name}, {pc}, t.{fk}, t.flag, w.host, w.state, {ep} \
          FROM {TASK} t LEFT JOIN {wf} w ON w.id = t.{fk}{wg_join}",
         fk = n.fk,
         wf = n.wf_table
@@ -115,7 +120,8 @@ fn decode<D: Dialect>(line: DsLine, zone: Zone, r: &RowOf<D>) -> Result<TaskRow,
         workflow_instance_id: D::int(r, 10)?,
         workflow_host: D::text(r, 12)?,
         workflow_state: D::int(r, 13)?.map(|s| s as i32),
-        execute_path: None,
+        execute_path: D::text(r, 14)?,
+        // filled by a second read, for SUB_PROCESS rows only (child_states)
         child_workflow_state: None,
     };
     let flag = D::int(r, 11)?;
@@ -207,6 +213,62 @@ pub(crate) async fn by_ids<D: Dialect>(
     read_page::<D>(c, q, line, zone).await
 }
 
+/// The state of the child workflow instance of each SUB_PROCESS task of
+/// `tasks` (task id, its workflow instance id), by task id, from the line's
+/// relation table: one statement for the whole set, never one per task.
+/// A task with several relation rows (DS inserts one per run of the parent
+/// task) gets a non-terminal child's state if any child is non-terminal,
+/// else the newest child's. Empty when the schema has no relation table.
+pub(crate) async fn child_states<D: Dialect>(
+    c: &mut Conn<D>,
+    line: DsLine,
+    cat: &Catalog,
+    tasks: &[(i64, Option<i64>)],
+) -> Result<HashMap<i64, i32>, SqlError> {
+    let rel = relation(line);
+    let mut out = HashMap::new();
+    if tasks.is_empty()
+        || cat
+            .require(rel.table, &[rel.parent_task, rel.child])
+            .is_err()
+    {
+        return Ok(out);
+    }
+    let wf = names(line).wf_table;
+    let mut q = Sql::<D>::new(format!(
+        "SELECT r.{pt}, c.state FROM {rt} r JOIN {wf} c ON c.id = r.{ch} WHERE ",
+        pt = rel.parent_task,
+        rt = rel.table,
+        ch = rel.child
+    ));
+    // the parent workflow leads the (parent workflow, parent task) index of
+    // 3.1+: filtering on it too lets the read use that index
+    let wfs: Option<BTreeSet<i64>> = tasks.iter().map(|(_, w)| *w).collect();
+    if let Some(wfs) = wfs.filter(|_| cat.has(rel.table, rel.parent_wf)) {
+        let wfs: Vec<i64> = wfs.into_iter().collect();
+        D::in_set(&mut q, &format!("r.{}", rel.parent_wf), &wfs);
+        q.push(" AND ");
+    }
+    let ids: Vec<i64> = tasks.iter().map(|(t, _)| *t).collect();
+    D::in_set(&mut q, &format!("r.{}", rel.parent_task), &ids);
+    q.push(" ORDER BY r.id");
+    for r in q.fetch_all(c).await? {
+        // a relation row that cannot be read says nothing of its task
+        let (Ok(Some(task)), Ok(Some(state))) = (D::int(&r, 0), D::int(&r, 1)) else {
+            continue;
+        };
+        let state = state as i32;
+        out.entry(task)
+            .and_modify(|s: &mut i32| {
+                if line.is_workflow_terminal(*s) {
+                    *s = state;
+                }
+            })
+            .or_insert(state);
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,7 +282,7 @@ mod tests {
         );
         let select = "SELECT t.id, t.name, t.task_type, t.state, t.host, t.submit_time, \
             t.start_time, t.worker_group, NULL, t.project_code, t.process_instance_id, t.flag, \
-            w.host, w.state FROM t_ds_task_instance t \
+            w.host, w.state, NULL FROM t_ds_task_instance t \
             LEFT JOIN t_ds_process_instance w ON w.id = t.process_instance_id";
         let tail = "AND t.flag = 1 AND t.state NOT IN (3,5,6,7,9,13) ORDER BY t.id LIMIT 5000";
         assert_eq!(
