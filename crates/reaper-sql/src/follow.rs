@@ -69,6 +69,8 @@ pub(crate) struct WfRow {
     pub priority: Option<i64>,
     pub test_flag: Option<i64>,
     pub command_param: Option<String>,
+    /// 3.3's `state_history` (JSON), where the table has it.
+    pub state_history: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -98,6 +100,10 @@ impl WfUpdate {
 pub(crate) struct Decision {
     pub update: Option<WfUpdate>,
     pub command: Option<CommandRow>,
+    /// 2.0-3.1 master failover: the workflow's unfinished valid task rows
+    /// to NEED_FAULT_TOLERANCE as DS's failover writes them
+    /// ([`DsLine::master_failover_tolerates_task`]).
+    pub tolerate_tasks: bool,
 }
 
 /// What the follow-up needs to know besides the workflow row.
@@ -278,14 +284,17 @@ pub(crate) fn master_failover(
     now: NaiveDateTime,
 ) -> Result<Decision, String> {
     let state = guards(line, wf_id, wf, facts, true)?;
+    // what DS's own failover of the line picks up (3.3 FailoverCoordinator:
+    // 1, 2, 4), re-checked on the row as locked now
+    let handled = line.master_failover_workflow_states();
+    if !handled.contains(&state) {
+        return Err(format!(
+            "workflow instance {wf_id} is in state {state}; DS's own master failover on line {line} handles only {}",
+            crate::schema::int_list(handled)
+        ));
+    }
     let mut cols = command_head(line, wf_id, wf, RECOVER_TOLERANCE_FAULT_PROCESS)?;
     if line == DsLine::V3_3 {
-        // FailoverCoordinator fails over workflows in RUNNING_EXECUTION, READY_PAUSE, READY_STOP
-        if ![1, 2, 4].contains(&state) {
-            return Err(format!(
-                "workflow instance {wf_id} is in state {state}; DS fails over only 1, 2, 4"
-            ));
-        }
         let status = wf_status_name_33(state).unwrap_or("RUNNING_EXECUTION");
         let param = format!(
             "{{\"commandType\":\"RECOVER_TOLERANCE_FAULT\",\"subWorkflowInstance\":false,\"startNodes\":null,\"commandParams\":null,\"timeZone\":null,\"workflowExecutionStatus\":\"{status}\"}}"
@@ -301,12 +310,8 @@ pub(crate) fn master_failover(
         return Ok(Decision {
             update: Some(WfUpdate::Failover { from: state }),
             command: Some(CommandRow { cols }),
+            tolerate_tasks: false,
         });
-    }
-    if !line.workflow_non_terminal_states().contains(&state) {
-        return Err(format!(
-            "workflow instance {wf_id} is in terminal state {state}"
-        ));
     }
     let param = recover_param(wf_id, wf, line >= DsLine::V3_1_0);
     let param = if line >= DsLine::V3_0 {
@@ -322,6 +327,7 @@ pub(crate) fn master_failover(
     Ok(Decision {
         update: Some(WfUpdate::NullHost { from: state }),
         command: Some(CommandRow { cols }),
+        tolerate_tasks: line.master_failover_tolerates_tasks(),
     })
 }
 
@@ -360,6 +366,7 @@ pub(crate) fn decide(
         return Ok(Decision {
             update: Some(WfUpdate::Fail { from: state }),
             command: None,
+            tolerate_tasks: false,
         });
     }
 
@@ -387,6 +394,7 @@ pub(crate) fn decide(
         return Ok(Decision {
             update: Some(WfUpdate::Restart { from: state }),
             command: Some(CommandRow { cols }),
+            tolerate_tasks: false,
         });
     }
     // "recover from failed node" needs the workflow in FAILURE; fail it first
@@ -416,7 +424,38 @@ pub(crate) fn decide(
         // already FAILURE: nothing to write on the workflow
         update: (state != 6).then_some(WfUpdate::Fail { from: state }),
         command: Some(CommandRow { cols }),
+        tolerate_tasks: false,
     })
+}
+
+/// 3.3 `WorkflowInstance.setStateWithDesc(SUBMITTED_SUCCESS,
+/// "START_FAILURE_TASK_PROCESS")` as `WorkflowInstanceRecoverFailureTaskTrigger`
+/// calls it: one `StateDesc` appended to the JSON list in `state_history`,
+/// serialised by DS's `JSONUtils` (fields in declaration order, the enum by
+/// name, the time as `yyyy-MM-dd HH:mm:ss` in the servers' zone). The
+/// existing text is kept byte for byte. `None` when it is not a JSON list:
+/// DS's `toList` then yields an immutable empty list and the trigger fails,
+/// so there is nothing of DS's to imitate, and the history is left as it is.
+pub(crate) fn restart_state_history(existing: Option<&str>, now: NaiveDateTime) -> Option<String> {
+    let entry = format!(
+        "{{\"time\":\"{}\",\"state\":\"SUBMITTED_SUCCESS\",\"desc\":\"START_FAILURE_TASK_PROCESS\"}}",
+        now.format("%Y-%m-%d %H:%M:%S")
+    );
+    let old = existing.map(str::trim).unwrap_or_default();
+    if old.is_empty() {
+        return Some(format!("[{entry}]"));
+    }
+    match serde_json::from_str::<serde_json::Value>(old) {
+        Ok(serde_json::Value::Array(items)) => {
+            let head = old.strip_suffix(']')?.trim_end();
+            Some(if items.is_empty() {
+                format!("[{entry}]")
+            } else {
+                format!("{head},{entry}]")
+            })
+        }
+        _ => None,
+    }
 }
 
 /// DS's own workflow failover state, on the lines that have one.

@@ -313,9 +313,15 @@ async fn recover(kind: SimKind, fixture: &str) {
             assert_eq!(col(c, "dry_run"), Some("0"));
         }
     }
-    // DS's failover of the task rows is the taking master's: left alone
+    // 2.0-3.1: DS's master failover writes NEED_FAULT_TOLERANCE into the
+    // task rows itself (flag kept); elsewhere they are the taking master's
     let st = sim.task_state(task).await.unwrap();
-    assert_eq!((st.state, st.flag), (1, 1), "{fixture}");
+    let want = if line.master_failover_tolerates_tasks() {
+        8
+    } else {
+        1
+    };
+    assert_eq!((st.state, st.flag), (want, 1), "{fixture}");
 
     // the same workflow again (the next sweep): the command is queued now,
     // and on ≤ 3.2 the host is DS's 'NULL', on 3.3 the state is FAILOVER

@@ -159,3 +159,19 @@ fn commands_fit_the_learned_columns() {
     let names: Vec<&str> = fitted.cols.iter().map(|(c, _)| *c).collect();
     assert_eq!(names, ["command_type", "workflow_instance_id"]);
 }
+
+#[test]
+fn state_history_appends_one_state_desc_keeping_the_old_text() {
+    let t = NaiveDateTime::parse_from_str("2025-03-04 05:06:07", "%Y-%m-%d %H:%M:%S").unwrap();
+    let e = r#"{"time":"2025-03-04 05:06:07","state":"SUBMITTED_SUCCESS","desc":"START_FAILURE_TASK_PROCESS"}"#;
+    assert_eq!(restart_state_history(None, t), Some(format!("[{e}]")));
+    assert_eq!(restart_state_history(Some(" "), t), Some(format!("[{e}]")));
+    assert_eq!(restart_state_history(Some("[]"), t), Some(format!("[{e}]")));
+    let old = r#"[{"time":"2024-01-01 00:00:00","state":"RUNNING_EXECUTION","desc":"x"}]"#;
+    assert_eq!(
+        restart_state_history(Some(old), t),
+        Some(format!("{},{e}]", &old[..old.len() - 1]))
+    );
+    assert_eq!(restart_state_history(Some("{\"a\":1}"), t), None);
+    assert_eq!(restart_state_history(Some("[1,"), t), None);
+}

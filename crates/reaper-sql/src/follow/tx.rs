@@ -197,8 +197,9 @@ async fn lock_workflow<D: Dialect>(
     };
     let tf = cat.col_or_null(wf_t, "test_flag");
     let cp = cat.col_or_null(wf_t, "command_param");
+    let sh = cat.col_or_null(wf_t, "state_history");
     let mut q = Sql::<D>::new(format!(
-        "SELECT state, executor_id, {def_sel}, {prio}, {tf}, {cp}, host FROM {wf_t} WHERE id = "
+        "SELECT state, executor_id, {def_sel}, {prio}, {tf}, {cp}, host, {sh} FROM {wf_t} WHERE id = "
     ));
     q.bind(wf_id).push(" FOR UPDATE");
     let Some(r) = q.fetch_optional(c).await? else {
@@ -214,6 +215,7 @@ async fn lock_workflow<D: Dialect>(
         test_flag: D::int(&r, 6)?,
         command_param: D::text(&r, 7)?,
         host: D::text(&r, 8)?,
+        state_history: D::text(&r, 9)?,
     }))
 }
 
@@ -314,6 +316,17 @@ async fn apply<D: Dialect>(
                     q.push(", restart_time = ").bind(now);
                 }
                 q.push(", end_time = NULL");
+                if line == DsLine::V3_3 && cat.has(wf_t, "state_history") {
+                    match super::restart_state_history(wf.state_history.as_deref(), now) {
+                        Some(h) => {
+                            q.push(", state_history = ").bind(h.as_str());
+                        }
+                        None => tracing::warn!(
+                            workflow_instance_id = wf_id,
+                            "state_history is not a JSON list; left as it is"
+                        ),
+                    }
+                }
                 *from
             }
         };
@@ -329,6 +342,14 @@ async fn apply<D: Dialect>(
             return Ok(Applied::Unmatched(from));
         }
         workflow_state = u.new_state();
+    }
+    if d.tolerate_tasks {
+        let n = tolerate_tasks::<D>(&mut *c, line, wf_id).await?;
+        tracing::info!(
+            workflow_instance_id = wf_id,
+            tasks = n,
+            "task rows set to NEED_FAULT_TOLERANCE as DS's master failover does"
+        );
     }
     let mut command_type = None;
     let mut command_id = None;
@@ -349,6 +370,74 @@ async fn apply<D: Dialect>(
         command_type,
         command_id,
     })
+}
+
+/// DS's master failover of the workflow's task rows on 2.0-3.1 (2.0.9
+/// `MasterRegistryClient.failoverMaster`, 3.0.6/3.1.9
+/// `MasterFailoverService.doFailoverMaster`): every valid (`flag = 1`)
+/// unfinished row DS would pick ([`DsLine::master_failover_tolerates_task`])
+/// to NEED_FAULT_TOLERANCE, `flag` and `end_time` left as they are. Without
+/// it the master taking the command finds the task still "running" and never
+/// dispatches it again. The rows are locked and read in the caller's
+/// transaction; each update is conditional on the state and host read, so a
+/// row that changed is left alone. The number of rows written.
+async fn tolerate_tasks<D: Dialect>(
+    c: &mut Conn<D>,
+    line: DsLine,
+    wf_id: i64,
+) -> Result<u64, SqlError> {
+    let n = names(line);
+    let mut q = Sql::<D>::new(format!(
+        "SELECT id, state, host, submit_time FROM {TASK} WHERE {} = ",
+        n.fk
+    ));
+    q.bind(wf_id)
+        .push(" AND flag = 1 AND state NOT IN (")
+        .push(&finished_list())
+        .push(") FOR UPDATE");
+    // (state, host) -> ids: one statement per distinct pair, not per row
+    let mut groups: std::collections::BTreeMap<(i32, Option<String>), Vec<i64>> =
+        std::collections::BTreeMap::new();
+    for r in q.fetch_all(&mut *c).await? {
+        let row = (|| -> Result<_, sqlx::Error> {
+            Ok((
+                D::int(&r, 0)?,
+                D::int(&r, 1)?,
+                D::text(&r, 2)?,
+                D::time(&r, 3)?.is_some(),
+            ))
+        })();
+        match row {
+            Ok((Some(id), Some(state), host, submitted)) => {
+                let state = state as i32;
+                if line.master_failover_tolerates_task(state, host.as_deref(), submitted) {
+                    groups.entry((state, host)).or_default().push(id);
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(workflow_instance_id = wf_id, error = %e,
+                    "cannot decode a task row of the workflow; not writing it")
+            }
+        }
+    }
+    let mut written = 0;
+    for ((state, host), ids) in groups {
+        let mut q = Sql::<D>::new(format!(
+            "UPDATE {TASK} SET state = {} WHERE ",
+            reaper_core::line::NEED_FAULT_TOLERANCE
+        ));
+        D::in_set(&mut q, "id", &ids);
+        q.push(" AND flag = 1 AND state = ")
+            .bind(state)
+            .push(" AND host ")
+            .push(D::NULL_SAFE_EQ)
+            .push(" ")
+            .bind(host);
+        q.one_off();
+        written += q.execute(&mut *c).await?;
+    }
+    Ok(written)
 }
 
 /// A `SELECT COUNT(*)`.
