@@ -124,6 +124,9 @@ struct Shared {
     epoch: Arc<AtomicU64>,
     catalog: RwLock<Option<Arc<Catalog>>>,
     skipped: Mutex<Skipped>,
+    /// Fault injection for tests: a task write's call hangs after its
+    /// COMMIT, so that the client-side limit fires on a committed write.
+    hang_after_write_commit: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Clone)]
@@ -173,6 +176,15 @@ impl Db {
             limit,
             shared,
         })
+    }
+
+    /// Fault injection for tests only: while on, every task write hangs
+    /// after its transaction committed, until the client-side limit fires.
+    #[doc(hidden)]
+    pub fn test_hang_after_write_commit(&self, on: bool) {
+        self.shared
+            .hang_after_write_commit
+            .store(on, Ordering::Release);
     }
 
     pub fn kind(&self) -> DbKind {

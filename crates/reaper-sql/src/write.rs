@@ -75,15 +75,86 @@ impl Db {
         let zone = self.zone;
         // The follow-up's tables are checked too: a schema the adapter does
         // not understand must stop it before the task write, not after it.
+        let hang = &self.shared.hang_after_write_commit;
         let applied = with_conn!(self, "writing task rows", |c: D| async {
             self.catalog_on::<D>(c).await?.require_writes(line)?;
-            D::write_batch(c, zone, &batch, ready).await
-        })?;
+            let applied = D::write_batch(c, zone, &batch, ready).await?;
+            if hang.load(std::sync::atomic::Ordering::Acquire) {
+                std::future::pending::<()>().await;
+            }
+            Ok(applied)
+        });
+        let applied = match applied {
+            Ok(a) => a,
+            // The limit may have fired after the COMMIT reached the server:
+            // what the rows show now says whether the write happened.
+            Err(e @ SqlError::Timeout { .. }) => {
+                return self.after_write_timeout(line, writes, &idx, e).await
+            }
+            Err(e) => return Err(e),
+        };
         for (k, &i) in idx.iter().enumerate() {
             if applied[k] {
                 outcomes[i] = WriteOutcome::Applied;
             }
         }
+        Ok(outcomes)
+    }
+
+    /// The outcomes of a write whose call timed out, from the rows read
+    /// again by id. The batch is one transaction, so it either committed or
+    /// not: a row that shows the write's target state (flag 1, host as seen)
+    /// was written, one that shows anything else lost a race. When no row
+    /// shows the write and some row is still exactly as seen, the
+    /// transaction did not commit: the timeout is the honest answer. A
+    /// failed re-read also returns the timeout.
+    async fn after_write_timeout(
+        &self,
+        line: DsLine,
+        writes: &[TaskWrite],
+        idx: &[usize],
+        timeout: SqlError,
+    ) -> Result<Vec<WriteOutcome>, SqlError> {
+        let ids: Vec<i64> = idx.iter().map(|&i| writes[i].seen.id).collect();
+        let mut now: HashMap<i64, crate::TaskRow> = HashMap::new();
+        let reread = async {
+            let cat = self.catalog().await?;
+            for chunk in ids.chunks(crate::ID_BATCH) {
+                let page = self.reread_tasks(line, &cat, chunk).await?;
+                now.extend(page.rows.into_iter().map(|t| (t.row.id, t)));
+            }
+            Ok::<_, SqlError>(())
+        };
+        if let Err(e) = reread.await {
+            tracing::warn!(error = %e, "cannot read task rows again after a write timed out");
+            return Err(timeout);
+        }
+        let mut outcomes = vec![WriteOutcome::LostRace; writes.len()];
+        let (mut written, mut unchanged) = (false, false);
+        let mut taken = std::collections::HashSet::new();
+        for &i in idx {
+            let w = &writes[i];
+            let Some(cur) = now.get(&w.seen.id) else {
+                continue;
+            };
+            let same_host = cur.flag == 1 && cur.row.host == w.seen.host;
+            if same_host && Some(cur.row.state) == w.action.target_state() {
+                if taken.insert(w.seen.id) {
+                    outcomes[i] = WriteOutcome::Applied;
+                }
+                written = true;
+            } else if same_host
+                && cur.row.state == w.seen.state
+                && cur.row.submit_time == w.seen.submit_time
+            {
+                unchanged = true;
+            }
+        }
+        if !written && unchanged {
+            return Err(timeout);
+        }
+        tracing::warn!(error = %timeout,
+            "a task write timed out; its outcome is what the rows show now");
         Ok(outcomes)
     }
 

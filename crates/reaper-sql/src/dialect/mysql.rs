@@ -180,22 +180,24 @@ impl Dialect for MySql {
             ready.await.map_err(not_ready)?;
             return Ok(applied);
         }
+        let mut ready = std::pin::pin!(ready);
         let mut tx = c.begin().await?;
-        let mut rows = Vec::with_capacity(batch.len());
-        for chunk in batch.chunks(WRITE_BATCH) {
-            let mut q = Sql::<Self>::new(format!(
-                "SELECT id, state, flag, host, submit_time FROM {TASK} WHERE id IN ("
-            ));
-            q.bind_list(chunk.iter().map(|w| w.seen.id))
-                .push(") FOR UPDATE");
-            // its placeholder count varies with the batch
-            q.one_off();
-            rows.extend(q.fetch_all(&mut *tx).await?);
-        }
+        let mut rows = lock_rows(&mut tx, batch).await?;
         // The rows are locked, nothing is changed yet: the caller's intents
         // must be on disk before the first UPDATE. On failure the dropped
-        // transaction rolls back and releases the locks.
-        ready.await.map_err(not_ready)?;
+        // transaction rolls back and releases the locks. DS's own writes to
+        // these rows wait on the locks meanwhile, so they are held only for
+        // READY_WHILE_LOCKED: an fsync that takes longer lets them go, is
+        // waited for, and the rows are locked (and compared) again.
+        match tokio::time::timeout(READY_WHILE_LOCKED, ready.as_mut()).await {
+            Ok(r) => r.map_err(not_ready)?,
+            Err(_) => {
+                tx.rollback().await?;
+                ready.as_mut().await.map_err(not_ready)?;
+                tx = c.begin().await?;
+                rows = lock_rows(&mut tx, batch).await?;
+            }
+        }
         let current = locked_rows(&rows);
         let mut taken = HashSet::new();
         let mut ok = Vec::new();
@@ -231,6 +233,29 @@ impl Dialect for MySql {
         tx.commit().await?;
         Ok(applied)
     }
+}
+
+/// How long a write holds its row locks waiting for the caller's `ready`
+/// (the intents' fsync, normally a few milliseconds) before it lets them go.
+const READY_WHILE_LOCKED: Duration = Duration::from_millis(200);
+
+/// `SELECT … FOR UPDATE` of the batch's rows, in chunks.
+async fn lock_rows(
+    c: &mut MySqlConnection,
+    batch: &[&TaskWrite],
+) -> Result<Vec<MySqlRow>, SqlError> {
+    let mut rows = Vec::with_capacity(batch.len());
+    for chunk in batch.chunks(WRITE_BATCH) {
+        let mut q = Sql::<MySql>::new(format!(
+            "SELECT id, state, flag, host, submit_time FROM {TASK} WHERE id IN ("
+        ));
+        q.bind_list(chunk.iter().map(|w| w.seen.id))
+            .push(") FOR UPDATE");
+        // its placeholder count varies with the batch
+        q.one_off();
+        rows.extend(q.fetch_all(&mut *c).await?);
+    }
+    Ok(rows)
 }
 
 /// A task row as locked by the write.
