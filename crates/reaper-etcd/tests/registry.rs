@@ -306,8 +306,9 @@ async fn agent_keys_bound_to_their_own_lease_appear_in_the_view_and_vanish_with_
 
     // closed: the lease is revoked and the key goes at once
     agent.close().await;
+    // gone, never fresh again, but kept for its last listing's hold (SPEC §12)
     wait_view_for(&reg, "agent gone on revoke", Duration::from_secs(2), |v| {
-        !v.agents.contains_key(h)
+        v.agents.get(h).is_some_and(|a| a.gone_at.is_some())
     })
     .await;
 
@@ -319,7 +320,7 @@ async fn agent_keys_bound_to_their_own_lease_appear_in_the_view_and_vanish_with_
     let dropped = Utc::now();
     drop(dead);
     let v = wait_view(&reg, "second agent gone with its lease", |v| {
-        !v.agents.contains_key(h2)
+        v.agents.get(h2).is_some_and(|a| a.gone_at.is_some())
     })
     .await;
     assert!(Utc::now() - dropped >= chrono::TimeDelta::seconds(1));

@@ -656,7 +656,16 @@ async fn agents_are_read_into_the_view() {
     .await;
 
     client.delete(&node, None).await.unwrap();
-    wait_view(&reg, "the agent's node is gone", |v| v.agents.is_empty()).await;
+    // gone, never fresh again, but kept: its last listing still holds (SPEC §12)
+    let v = wait_view(&reg, "the agent's node is gone", |v| {
+        v.agents
+            .get("10.0.0.5:1234")
+            .is_some_and(|a| a.gone_at.is_some())
+    })
+    .await;
+    assert!(
+        !v.agents["10.0.0.5:1234"].fresh(chrono::Utc::now(), std::time::Duration::from_secs(35))
+    );
     reg.close().await;
     reg2.close().await;
     delete_tree(&zk, root.trim_end_matches("/dolphinscheduler"))
