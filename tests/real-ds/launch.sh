@@ -96,7 +96,7 @@ jar_of() { ls "$(lib_dir "$1" "$2")"/dolphinscheduler-"$3"-"$1".jar 2>/dev/null 
 
 # ------------------------------------------------------------------ databases
 my() { mariadb --no-defaults -h"$MY_HOST" -P"$MY_PORT" -u"$MY_USER" -p"$MY_PASS" "$@"; }
-pg() { PGPASSWORD=$PG_PASS psql -X -q -v ON_ERROR_STOP=1 -h "$PG_HOST" -p "$PG_PORT" -U "$PG_USER" "$@"; }
+pg() { PGOPTIONS="-c client_min_messages=warning" PGPASSWORD=$PG_PASS psql -X -q -v ON_ERROR_STOP=1 -h "$PG_HOST" -p "$PG_PORT" -U "$PG_USER" "$@"; }
 
 cmd_schema() {
   local v=${1:?version} kind=${2:?mysql|postgres} db=${3:?dbname}
@@ -266,14 +266,14 @@ start_server() {
 
 # ------------------------------------------------------------------ zookeeper
 zkcli() { "$ZKCLI" -server "$ZK" "$@" 2>/dev/null | sed -n '/^WATCHER::/,$p' | sed '1,/^WatchedEvent/d' | grep -v '^$' || true; }
-zk_children() { zkcli ls "/$NAMESPACE$1" | tail -n1 | grep '^\[' | tr -d '[] ' | tr ',' '\n' | grep -v '^$' || true; }
+zk_children() { zkcli ls "/$NAMESPACE$1" | grep '^\[.*\]$' | tail -n1 | tr -d '[] ' | tr ',' '\n' | grep -v '^$' || true; }
 
 cmd_zk() {
   load_run "${1:?run}"
   local op=${2:-ls} p=${3:-}
   case $op in
   dump) exec 3<>"/dev/tcp/${ZK%:*}/${ZK#*:}"; printf dump >&3; timeout 2 cat <&3; exec 3<&- ;;
-  ls | get | stat) zkcli "$op" "/$NAMESPACE$p" ;;
+  ls | get | stat) p="/$NAMESPACE$p"; zkcli "$op" "${p%/}" ;;
   *) die "zk ops: ls get stat dump" ;;
   esac
 }
