@@ -141,13 +141,15 @@ impl ExecBase {
 }
 
 /// The command file DS writes for a shell task: `<taskAppId>.sh` on 3.2+,
-/// `<taskAppId>.command` before, taskAppId being `<wf>_<task>`.
+/// `<taskAppId>.command` before; taskAppId is `<wf>_<task>` from 2.0 on and
+/// `<definitionId>_<wf>_<task>` on 1.2/1.3 (the definition id of
+/// [`execute_path`]'s 1.x form is 2).
 pub fn command_file_name(line: DsLine, workflow_instance_id: i64, task_id: i64) -> String {
-    let ext = match line {
-        DsLine::V3_2 | DsLine::V3_3 => "sh",
-        _ => "command",
-    };
-    format!("{workflow_instance_id}_{task_id}.{ext}")
+    match line {
+        DsLine::V3_2 | DsLine::V3_3 => format!("{workflow_instance_id}_{task_id}.sh"),
+        DsLine::V1_2 | DsLine::V1_3 => format!("2_{workflow_instance_id}_{task_id}.command"),
+        _ => format!("{workflow_instance_id}_{task_id}.command"),
+    }
 }
 
 /// One running task process (and its process group).
