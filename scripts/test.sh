@@ -22,5 +22,7 @@ echo "== cargo test"
 # Integration tests share one ZooKeeper and one server per database; each test
 # uses its own ZooKeeper root and its own database, so they run in parallel.
 cargo test --workspace --locked --exclude reaper-e2e -- --test-threads "${TEST_THREADS:-4}"
+echo "== fuzz targets, 10 s each (unoptimised build; scripts/fuzz.sh SECONDS runs them longer)"
+FUZZ_DEV=1 bash scripts/fuzz.sh "${FUZZ_SECONDS:-10}"
 echo "== end-to-end suite (one binary; its tests mostly wait on processes and services, so many run at once)"
 cargo test -p reaper-e2e --locked -- --test-threads "${E2E_THREADS:-8}"

@@ -1,0 +1,22 @@
+//! `POST /api/v1/tasks/{id}/reap`: any path segment and body give a request
+//! or a 400 message, never a panic; an accepted request names the task of
+//! its path and never the `report` action.
+#![no_main]
+use libfuzzer_sys::arbitrary::{self, Arbitrary};
+use libfuzzer_sys::fuzz_target;
+
+#[derive(Debug, Arbitrary)]
+struct Input {
+    id: String,
+    body: Vec<u8>,
+}
+
+fuzz_target!(|input: Input| {
+    match reaper::http::parse_reap_request(&input.id, &input.body) {
+        Ok(req) => {
+            assert_eq!(Ok(req.task_id), input.id.trim().parse::<i64>());
+            assert_ne!(req.action, Some(reaper_core::Action::Report));
+        }
+        Err(msg) => assert!(!msg.is_empty()),
+    }
+});
