@@ -290,8 +290,13 @@ async fn heartbeat_data_reaches_the_view_without_waking_the_engine() {
             .is_some_and(|t| t > first)
     })
     .await;
+    // A gap in the session (a loaded machine can drop one) re-lists and
+    // rightly wakes the engine; without one, heartbeat data alone must not.
+    let st = reg.stats();
+    let gap = reg.view().valid_since() != v.valid_since()
+        || st.errors + st.reconnects + st.session_expirations > 0;
     assert!(
-        !changes.has_changed().unwrap(),
+        gap || !changes.has_changed().unwrap(),
         "heartbeat data alone woke the engine"
     );
     s.crash().await;
