@@ -2,9 +2,9 @@
 """Drive a real DolphinScheduler through its REST API, as a user does (python3 stdlib only).
 
 Never writes DS's rows by hand: tenant, project, workflow definition, release and start all go
-through the API server. Verified on 3.1.1; the 3.2 names (tenantCode at start) and the 3.3+
+through the API server. Verified on 3.1.1 and 3.2.2 (tenantCode at start); the 3.3+
 renames (workflow-definition, start-workflow-instance, workflow-instances) are taken from DS's
-controllers at tag 3.2.2 and the dev branch (2024-10) and are NOT verified against a running 3.2+.
+controllers of the dev branch (2024-10) and are NOT verified against a running 3.3+.
 
   api.py [--url http://127.0.0.1:25200/dolphinscheduler] [--ds-version 3.1.1] setup
         login, tenant (an existing OS user, default root), project 'reaper'   -> prints project code
@@ -105,8 +105,16 @@ class Ds:
                   "executionType": "PARALLEL"}
         if self.v < (3, 2):
             params["tenantCode"] = tenant  # 3.2 moved the tenant to the start call
-        d = self.call("POST", f"/projects/{project}/" + self.wf("process-definition", "workflow-definition"), params)
-        return d["code"]
+        # the API server loads its task plugins only after it serves HTTP (ApplicationReadyEvent):
+        # until then every task is "parameter invalid" (50020)
+        for attempt in range(30):
+            try:
+                d = self.call("POST", f"/projects/{project}/" + self.wf("process-definition", "workflow-definition"), params)
+                return d["code"]
+            except ApiError as e:
+                if e.body.get("code") != 50020 or attempt == 29:
+                    raise
+                time.sleep(2)
 
     def release(self, project, code):
         self.call("POST", f"/projects/{project}/" + self.wf("process-definition", "workflow-definition")

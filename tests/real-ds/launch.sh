@@ -4,6 +4,8 @@
 # MariaDB/PostgreSQL of deploy/dev/services.sh, everything on 127.0.0.1.
 #
 #   launch.sh resolve V [--offline]           jars -> $DS_CACHE/V/lib/{master,worker,api}
+#   DS_GIT=<git dir> launch.sh build-from-source V   for a V not on Maven Central: build DS's tag V
+#                                             into the cache's Maven repository, then resolve V
 #   launch.sh schema V mysql|postgres DBNAME  (re)create DBNAME with DS's own SQL (from V's dao jar)
 #   launch.sh start V [--db mysql|postgres] [--dbname N] [--name RUN] [--masters N] [--workers M]
 #                     [--no-api] [--heap 448m] [--namespace dolphinscheduler] [--port-base 25000]
@@ -29,6 +31,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 DS_CACHE=${DS_CACHE:-/var/tmp/ds-reaper-services/ds}
 DS_RUNS=${DS_RUNS:-/var/tmp/ds-reaper-services/ds-run}
 M2=${DS_M2:-$DS_CACHE/m2}
+DS_SRC_ROOT=${DS_SRC_ROOT:-$(dirname "$DS_CACHE")/ds-src}
 ZK=${ZK:-127.0.0.1:2181}
 JAVA=${JAVA:-java}
 ZKCLI=${ZKCLI:-/usr/share/zookeeper/bin/zkCli.sh}
@@ -81,9 +84,19 @@ cmd_resolve() {
   # DS's poms): the -sources jars on Maven Central carry them. dao: the schema SQL; master,
   # worker, api: application.yaml, logback-spring.xml (api: task-type-config.yaml), which DS's
   # dist copies into each server's conf/
-  local m
+  # A version built from DS's source (build-from-source) has no -sources jars: the same files
+  # are zipped from its tree's src/main/resources instead.
+  local m tree=$DS_SRC_ROOT/$v
+  mkdir -p "$DS_CACHE/$v/src"
   for m in dao master worker api; do
-    [[ -f $DS_CACHE/$v/src/dolphinscheduler-$m-$v-sources.jar ]] && continue
+    local sj=$DS_CACHE/$v/src/dolphinscheduler-$m-$v-sources.jar
+    [[ -f $sj ]] && continue
+    if [[ -d $tree/dolphinscheduler-$m/src/main/resources ]]; then
+      (cd "$tree/dolphinscheduler-$m/src/main/resources" && python3 -c 'import sys, os, zipfile
+z = zipfile.ZipFile(sys.argv[1], "w")
+[z.write(os.path.join(d, f)) for d, _, fs in os.walk(".") for f in fs]' "$sj")
+      continue
+    fi
     mvn -B -q "${off[@]}" -Dmaven.repo.local="$M2" -f "$HERE/pom.xml" dependency:copy \
       -Dartifact="org.apache.dolphinscheduler:dolphinscheduler-$m:$v:jar:sources" -DoutputDirectory="$DS_CACHE/$v/src" \
       >"$DS_CACHE/$v/resolve-src-$m.log" 2>&1 || die "no dolphinscheduler-$m:$v:sources (log $DS_CACHE/$v/resolve-src-$m.log)"
@@ -91,6 +104,28 @@ cmd_resolve() {
   log "$v sources jars (schema SQL, server configs): $DS_CACHE/$v/src"
 }
 
+# build-from-source V: for versions Maven Central (as reachable) lacks. Exports tag V of DS's git
+# repository ($DS_GIT, a clone or bare mirror) into $DS_SRC_ROOT/V and installs the master, worker
+# and API modules with their DS dependencies into the cache's local repository ($M2); `resolve V`
+# then works as for a published version. Nothing lands in this repository. UI assets are not
+# built (DS builds them only in its `release` profile): the REST API works, the web UI is empty.
+cmd_build_from_source() {
+  local v=${1:?version} tree=$DS_SRC_ROOT/${1}
+  [[ -n ${DS_GIT:-} ]] || die "set DS_GIT to a git directory of apache/dolphinscheduler"
+  if [[ ! -f $tree/pom.xml ]]; then
+    mkdir -p "$tree"
+    git -C "$DS_GIT" archive "$v" | tar -x -C "$tree" || die "no tag $v in $DS_GIT"
+  fi
+  log "building DS $v from $tree (log $DS_SRC_ROOT/build-$v.log)"
+  local t0=$SECONDS
+  (cd "$tree" && nice -n 10 mvn -B -T 1 -Dmaven.repo.local="$M2" -Dmaven.test.skip=true -Dspotless.skip=true \
+    -Dspotless.check.skip=true -Dcheckstyle.skip=true -Dmaven.javadoc.skip=true -Drat.skip=true -Djacoco.skip=true \
+    -Dmaven.source.skip=true -pl dolphinscheduler-bom,dolphinscheduler-master,dolphinscheduler-worker,dolphinscheduler-api -am install) \
+    >"$DS_SRC_ROOT/build-$v.log" 2>&1 || { grep ERROR "$DS_SRC_ROOT/build-$v.log" | head -5 >&2; die "build of $v failed"; }
+  log "built $v in $((SECONDS - t0)) s"
+}
+
+ver_ge() { [[ $(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1) == "$2" ]]; }
 lib_dir() { local d=$DS_CACHE/$1/lib/$2; [[ -f $d/.complete ]] || die "run: launch.sh resolve $1"; echo "$d"; }
 jar_of() { ls "$(lib_dir "$1" "$2")"/dolphinscheduler-"$3"-"$1".jar 2>/dev/null || die "no $3 jar for $1"; }
 
@@ -207,8 +242,10 @@ start_server() {
   # dist (conf/ before libs/*): a master's libs also hold the worker jar and its application.yaml
   local own=$DS_CACHE/$DS_VERSION/src/dolphinscheduler-$kind-$DS_VERSION-sources.jar
   [[ -f $own ]] || die "no $own: launch.sh resolve $DS_VERSION"
-  (cd "$sd/conf" && unzip -o -q "$own" application.yaml logback-spring.xml) || die "no application.yaml in $own"
-  [[ $kind == api ]] && (cd "$sd/conf" && unzip -o -q "$own" task-type-config.yaml 2>/dev/null || true)
+  # as DS's dist assembly: every top-level *.yaml and *.xml of the server's resources into conf/
+  # (api: task-type-config.yaml, 3.2+ also dynamic-task-type-config.yaml)
+  (cd "$sd/conf" && unzip -o -q "$own" '*.yaml' '*.xml' -x '*/*' 2>/dev/null; [[ $? -le 11 ]]) || die "no yaml in $own"
+  [[ -f $sd/conf/application.yaml ]] || die "no application.yaml in $own"
   # our own (empty) task environment file; DS's dist ships conf/dolphinscheduler_env.sh
   [[ -f $sd/conf/dolphinscheduler_env.sh ]] || printf '# task environment of ds-reaper real-ds run\nexport PATH=/usr/local/bin:/usr/bin:/bin\n' >"$sd/conf/dolphinscheduler_env.sh"
 
@@ -236,7 +273,9 @@ start_server() {
     -Ddolphin.scheduler.network.priority.strategy=loopback-only
     -Dserver.address=127.0.0.1 "-Dserver.port=$http"
     "-Ddolphinscheduler.env.path=$sd/conf/dolphinscheduler_env.sh"
-    -Dmetrics.enabled=false -Dspring.quartz.properties.org.quartz.threadPool.threadCount=4)
+    -Dspring.quartz.properties.org.quartz.threadPool.threadCount=4)
+  # 3.2+ servers need the metrics beans (WorkerRegistryClient -> MetricsProvider)
+  ver_ge "$DS_VERSION" 3.2 || opts+=(-Dmetrics.enabled=false)
   case $kind in
   master) opts+=("-Dmaster.listen-port=$rpc" -Dmaster.exec-threads=16 -Dmaster.pre-exec-threads=4) ;;
   worker) mkdir -p "$sd/data"
@@ -246,8 +285,13 @@ start_server() {
   esac
   if [[ $RELAXED == 1 ]]; then
     # a busy shared 2-core build machine would otherwise make servers report BUSY and stop dispatching
-    case $kind in master | worker) opts+=("-D$kind.max-cpu-load-avg=100" "-D$kind.reserved-memory=0.01") ;; esac
+    case $kind in master | worker)
+      if ver_ge "$DS_VERSION" 3.2; then opts+=("-D$kind.server-load-protection.enabled=false")
+      else opts+=("-D$kind.max-cpu-load-avg=100" "-D$kind.reserved-memory=0.01"); fi ;;
+    esac
   fi
+  # 3.2+: the tenant must be an OS user unless auto-created (needs sudo); we run tasks as root
+  [[ $kind == worker ]] && ver_ge "$DS_VERSION" 3.2 && opts+=(-Dworker.tenant-config.auto-create-tenant-enabled=false)
   local cp="$sd/conf:$lib/*"
   printf '%q ' "$JAVA" "${opts[@]}" -cp "$cp" "$(main_class "$kind")" >"$sd/cmdline"
   echo >>"$sd/cmdline"
@@ -261,6 +305,7 @@ start_server() {
   local i
   for ((i = 0; i < 50; i++)); do [[ -s $sd/pid ]] && break; sleep 0.1; done
   [[ -s $sd/pid ]] || die "$s: no pid file"
+  cat "$sd/pid" >>"$sd/sessions" # every incarnation's session, for task processes it left behind
   log "$s started: pid $(pid_of "$s"), rpc ${rpc/#0/-} http $http, log $sd/logs"
 }
 
@@ -348,8 +393,19 @@ task_pids() {
   local -A sids=() jvms=()
   for s in $(servers_of_run | grep worker); do
     local w; w=$(pid_of "$s")
-    [[ -n $w ]] && sids[$w]=1 && jvms[$w]=1
+    [[ -n $w ]] && jvms[$w]=1
+    for w in $(cat "$RUN_DIR/$s/sessions" 2>/dev/null) $w; do sids[$w]=1; done
   done
+  # a recorded session counts only while one of its processes runs a command file of this run
+  # (a pid, hence a session id, may be reused by someone else's process)
+  local -A live=()
+  for p in /proc/[0-9]*; do
+    grep -qF "$RUN_DIR/worker-" "$p/cmdline" 2>/dev/null || continue
+    sid=$(awk '{print $6}' "$p/stat" 2>/dev/null) || continue
+    [[ -n ${sids[$sid]:-} ]] && live[$sid]=1
+  done
+  sids=()
+  for sid in "${!live[@]}"; do sids[$sid]=1; done
   for p in /proc/[0-9]*; do
     local n=${p#/proc/}
     [[ -n ${jvms[$n]:-} ]] && continue
@@ -453,6 +509,7 @@ cmd=${1:-}
 shift || true
 case $cmd in
 resolve) cmd_resolve "$@" ;;
+build-from-source) cmd_build_from_source "$@" ;;
 schema) cmd_schema "$@" ;;
 start) cmd_start "$@" ;;
 restart) cmd_restart "$@" ;;
