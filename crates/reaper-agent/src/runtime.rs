@@ -315,6 +315,7 @@ async fn scan_loop(
             scan_ms: scan.duration.as_millis().try_into().unwrap_or(u64::MAX),
             exec_base: exec_base.clone(),
             unreadable: scan.unreadable,
+            orders: Vec::new(),
             blind: scan.blind.clone(),
             tasks: scan.tasks.clone(),
         };

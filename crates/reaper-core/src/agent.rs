@@ -48,6 +48,10 @@ pub struct AgentReport {
     #[serde(default)]
     pub blind: Option<String>,
     pub tasks: Vec<AgentTask>,
+    /// What the agent did with the daemon's kill orders since its previous
+    /// report (SPEC §15); older agents send none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub orders: Vec<crate::order::OrderOutcome>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -260,6 +264,7 @@ mod tests {
             scan_ms: 1,
             exec_base: "/x".into(),
             unreadable: 0,
+            orders: Vec::new(),
             blind: None,
             tasks: vec![],
         };
@@ -277,6 +282,7 @@ mod tests {
         let denied = AgentSeen {
             report: Some(AgentReport {
                 unreadable: 1,
+                orders: Vec::new(),
                 blind: None,
                 ..report
             }),

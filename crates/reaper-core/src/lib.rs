@@ -9,6 +9,7 @@
 //!
 //! # Layout
 //! - [`agent`]: what the worker-host agent publishes and how the daemon reads it.
+//! - [`order`]: kill orders for ghost processes and the agent's answers.
 //! - [`line`]: DolphinScheduler lines, their state codes, tables and layouts.
 //! - [`host`]: host normalisation and matching.
 //! - [`view`]: the registry view (live workers/masters, losses, validity).
@@ -26,6 +27,7 @@ pub mod brake;
 pub mod candidate;
 pub mod host;
 pub mod line;
+pub mod order;
 pub mod plan;
 pub mod policy;
 pub mod ports;

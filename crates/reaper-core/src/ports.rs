@@ -10,6 +10,7 @@
 
 use crate::candidate::Candidate;
 use crate::line::DsLine;
+use crate::order::KillOrder;
 use crate::policy::{Action, FollowUp};
 use crate::registry::Detected;
 use crate::view::RegistryView;
@@ -239,6 +240,33 @@ pub trait RegistrySource: Send + Sync {
     /// registries without one have nothing to remove.
     fn delete_task_queue_entries(&self, _task_id: i64) -> BoxFuture<'_, Result<usize, PortError>> {
         Box::pin(async { Ok(0) })
+    }
+    /// Writes (or replaces) the kill order node `<root>/ds-reaper/orders/<worker>/<task_id>`
+    /// (SPEC §15) for that worker's agent. Registries that carry no orders
+    /// answer `Invalid`: a kill is then never ordered, the ghost only reported.
+    fn put_order<'a>(
+        &'a self,
+        _worker: &'a str,
+        _order: &'a KillOrder,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        Box::pin(async {
+            Err(PortError::Invalid(format!(
+                "the {} registry carries no kill orders",
+                self.kind()
+            )))
+        })
+    }
+    /// Removes an order node once its outcome is audited; an absent node is no error.
+    fn delete_order<'a>(
+        &'a self,
+        _worker: &'a str,
+        _task_id: i64,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        Box::pin(async { Ok(()) })
+    }
+    /// Every outstanding order node as `(worker, order)`; unparsable nodes are skipped (and logged by the adapter).
+    fn orders(&self) -> BoxFuture<'_, Result<Vec<(String, KillOrder)>, PortError>> {
+        Box::pin(async { Ok(Vec::new()) })
     }
     /// Ends the session promptly.
     fn close(&self) -> BoxFuture<'_, ()>;

@@ -40,6 +40,7 @@ fn report(worker: &str) -> AgentReport {
         scan_ms: 2,
         exec_base: "/tmp/dolphinscheduler".into(),
         unreadable: 0,
+        orders: Vec::new(),
         blind: None,
         tasks: vec![],
     }

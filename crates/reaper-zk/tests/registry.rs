@@ -585,6 +585,7 @@ async fn agents_are_read_into_the_view() {
             scan_ms: 2,
             exec_base: "/tmp/ds".into(),
             unreadable: 0,
+            orders: Vec::new(),
             blind: None,
             tasks: tasks
                 .iter()

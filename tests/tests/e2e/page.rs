@@ -124,6 +124,7 @@ fn report(worker: &str, seq: u64, tasks: &[(i64, i64)]) -> Vec<u8> {
         scan_ms: 3,
         exec_base: "/tmp/ds-exec".into(),
         unreadable: 0,
+        orders: Vec::new(),
         blind: None,
         tasks: tasks
             .iter()

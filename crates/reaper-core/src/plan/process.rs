@@ -47,6 +47,7 @@ fn report(scan_started: i64, tasks: &[i64], unreadable: u64) -> AgentReport {
         scan_ms: 5,
         exec_base: "/tmp/ds".into(),
         unreadable,
+        orders: Vec::new(),
         blind: None,
         tasks: tasks
             .iter()

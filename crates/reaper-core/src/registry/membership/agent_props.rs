@@ -84,6 +84,7 @@ fn report_json(worker: &str, task: i64, lists: bool, unreadable: bool, blind: bo
         scan_ms: 3,
         exec_base: "/tmp/ds".into(),
         unreadable: unreadable as u64,
+        orders: Vec::new(),
         blind: blind.then(|| "worker pid not visible".to_string()),
         tasks: if lists {
             vec![crate::agent::AgentTask {

@@ -681,6 +681,7 @@ fn agent_json(worker: &str, tasks: &[i64], unreadable: u64) -> Vec<u8> {
         scan_ms: 3,
         exec_base: "/tmp/ds".into(),
         unreadable,
+        orders: Vec::new(),
         blind: None,
         tasks: tasks
             .iter()
