@@ -227,10 +227,15 @@ pub fn plan(
     }
 }
 
-/// How long a host has been absent, by the daemon's clock. A host the daemon
-/// never saw counts from the later of the view becoming valid and the task's
-/// own time: a task dispatched to a worker that registered (and maybe left)
-/// after the daemon's last look gets the full grace period (SPEC §3).
+/// How long a host has been absent, by the daemon's clock, and how long of
+/// that counts against the grace period. A host the daemon never saw counts
+/// from the later of the view becoming valid and the task's own time: a task
+/// dispatched to a worker that registered (and maybe left) after the daemon's
+/// last look gets the full grace period (SPEC §3). A task given to a host
+/// after the daemon saw it go gets the full grace from its own time too: a
+/// live master dispatched it from a stale worker list after DS's failover of
+/// that host had run, and a frozen worker (real DS 3.1.1, SIGSTOP past its
+/// session; tests/real-ds/FINDINGS.md §8) picks such a task up when it thaws.
 fn absence(
     view: &RegistryView,
     kind: NodeKind,
@@ -239,16 +244,45 @@ fn absence(
     task_time: Option<Instant>,
     now: Instant,
     policy: &Policy,
-) -> (Option<Instant>, Option<chrono::TimeDelta>) {
+) -> Absence {
     match view.lost_at(kind, raw_host) {
-        Some(at) => (Some(at), Some(now - at)),
+        Some(at) => Absence {
+            lost_at: Some(at),
+            absent: Some(now - at),
+            counted: Some(now - task_time.map_or(at, |t| t.max(at))),
+        },
         None => match policy.unseen_absence {
             UnseenAbsence::SinceViewValid => {
                 let from = task_time.map_or(valid_since, |t| t.max(valid_since));
-                (None, Some(now - from))
+                Absence {
+                    lost_at: None,
+                    absent: Some(now - from),
+                    counted: Some(now - from),
+                }
             }
-            UnseenAbsence::Unknown => (None, None),
+            UnseenAbsence::Unknown => Absence {
+                lost_at: None,
+                absent: None,
+                counted: None,
+            },
         },
+    }
+}
+
+/// A host's absence as [`absence`] measures it.
+struct Absence {
+    /// When the daemon saw the host go.
+    lost_at: Option<Instant>,
+    /// How long it has been absent (evidence); None: for an unknown time.
+    absent: Option<chrono::TimeDelta>,
+    /// How much of that counts against the grace period for this task.
+    counted: Option<chrono::TimeDelta>,
+}
+
+impl Absence {
+    /// Within the grace period: not (yet) a zombie.
+    fn within(&self, grace: chrono::TimeDelta) -> bool {
+        self.counted.is_some_and(|a| a < grace)
     }
 }
 
@@ -286,7 +320,7 @@ fn judge(
         if view.live(NodeKind::Master, master).is_some() {
             return None;
         }
-        let (lost_at, absent) = absence(
+        let a = absence(
             view,
             NodeKind::Master,
             master,
@@ -295,11 +329,11 @@ fn judge(
             now,
             policy,
         );
-        if absent.is_some_and(|a| a < grace) {
+        if a.within(grace) {
             return None;
         }
-        evidence.lost_at = lost_at;
-        evidence.absent_for_seconds = absent.map(|a| a.num_seconds());
+        evidence.lost_at = a.lost_at;
+        evidence.absent_for_seconds = a.absent.map(|a| a.num_seconds());
         Reason::MasterLost
     } else if let Some(raw) = host {
         if let Some(node) = view.live(NodeKind::Worker, raw) {
@@ -326,7 +360,7 @@ fn judge(
             // judge (reference §7: exclude registered masters).
             return None;
         } else {
-            let (lost_at, absent) = absence(
+            let a = absence(
                 view,
                 NodeKind::Worker,
                 raw,
@@ -335,11 +369,11 @@ fn judge(
                 now,
                 policy,
             );
-            if absent.is_some_and(|a| a < grace) {
+            if a.within(grace) {
                 return None;
             }
-            evidence.lost_at = lost_at;
-            evidence.absent_for_seconds = absent.map(|a| a.num_seconds());
+            evidence.lost_at = a.lost_at;
+            evidence.absent_for_seconds = a.absent.map(|a| a.num_seconds());
             Reason::WorkerLost
         }
     } else {

@@ -71,6 +71,29 @@ fn worker_lost_after_grace_measured_from_loss() {
     assert_eq!(plan1.action_count(), 1);
 }
 
+/// Real DS 3.1.1 (tests/real-ds/scenarios.py sigstop): the master failed a
+/// frozen worker over and at once dispatched the new attempt to the same,
+/// still-cached host; the worker ran it when it thawed. Such a task gets the
+/// full grace from its own submit time, not from the host's older loss.
+#[test]
+fn a_task_given_to_a_host_after_its_loss_gets_the_full_grace() {
+    let mut v = view(LIVE, &["m1:5678"]);
+    v.upsert(NodeKind::Worker, NodeInfo::new("w9:1234", t(0)));
+    v.remove(NodeKind::Worker, "w9:1234", t(100));
+    let p = acting(DsLine::V3_1);
+    let c = [task(1, Some("w9:1234"), 101)];
+    // 60 s after the loss, 59 s after the dispatch: inside the grace period
+    assert!(plan(&v, &c, t(160), &p, &SafetyState::default())
+        .zombies
+        .is_empty());
+    let pl = plan(&v, &c, t(161), &p, &SafetyState::default());
+    let z = only(&pl);
+    assert_eq!(z.reason, Reason::WorkerLost);
+    // the evidence still says how long the host has been gone
+    assert_eq!(z.evidence.lost_at, Some(t(100)));
+    assert_eq!(z.evidence.absent_for_seconds, Some(61));
+}
+
 #[test]
 fn never_seen_host_counts_from_view_validity() {
     let v = view(LIVE, &["m1:5678"]);
