@@ -16,6 +16,11 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== build binaries (the end-to-end tests start them as processes)"
 cargo build --workspace --bins --locked
+echo "== real-DS smoke, in the background until the end-to-end suite (tests/real-ds: DS's own master,"
+echo "   workers and API server from Maven Central; fidelity + zombie; scripts/real-ds.sh runs every scenario)"
+realds_log=$(mktemp /tmp/ds-reaper-realds.XXXXXX.log)
+python3 tests/real-ds/scenarios.py --version "${REALDS_VERSION:-3.1.1}" fidelity zombie >"$realds_log" 2>&1 &
+realds_pid=$!
 echo "== deployment artifacts (promtool, systemd-analyze, dashboard, manifests)"
 bash scripts/check-deploy.sh
 echo "== cargo test"
@@ -24,5 +29,10 @@ echo "== cargo test"
 cargo test --workspace --locked --exclude reaper-e2e -- --test-threads "${TEST_THREADS:-4}"
 echo "== fuzz targets, 10 s each (unoptimised build; scripts/fuzz.sh SECONDS runs them longer)"
 FUZZ_DEV=1 bash scripts/fuzz.sh "${FUZZ_SECONDS:-10}"
+echo "== real-DS smoke (started after the build)"
+realds_rc=0
+wait "$realds_pid" || realds_rc=$?
+cat "$realds_log"
+if [ "$realds_rc" -ne 0 ]; then echo "real-DS smoke FAILED (exit $realds_rc)" >&2; exit 1; fi
 echo "== end-to-end suite (one binary; its tests mostly wait on processes and services, so many run at once)"
 cargo test -p reaper-e2e --locked -- --test-threads "${E2E_THREADS:-8}"

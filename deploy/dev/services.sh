@@ -48,7 +48,12 @@ pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1; }
 install_missing() {
   local pkgs=()
   [[ -f /usr/share/java/zookeeper.jar ]] || pkgs+=(zookeeper)
-  command -v java >/dev/null || pkgs+=(default-jre-headless)
+  # the real-DS tier (tests/real-ds): DS's servers on a JDK 17, their jars resolved with Maven,
+  # DS's SQL and yaml read out of its -sources jars with unzip
+  command -v java >/dev/null || pkgs+=(openjdk-17-jdk-headless)
+  command -v mvn >/dev/null || pkgs+=(maven)
+  command -v unzip >/dev/null || pkgs+=(unzip)
+  command -v pkill >/dev/null && command -v pgrep >/dev/null || pkgs+=(procps)
   command -v mariadbd >/dev/null && command -v mariadb-install-db >/dev/null || pkgs+=(mariadb-server)
   command -v mariadb >/dev/null || pkgs+=(mariadb-client)
   [[ -n "$(pg_bin)" && -x "$(pg_bin)/initdb" ]] || pkgs+=(postgresql)
