@@ -35,17 +35,28 @@ fn me() -> i64 {
     i64::from(std::process::id())
 }
 
-/// Scans until task `task` has `n` processes; returns that scan.
-fn scan_until(s: &mut Scanner, task: i64, n: usize) -> Scan {
+fn comm(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+/// Scans until task `task` has `n` processes of which `sleeps` run `sleep`
+/// (the script's own short-lived subshells — `$(cd ...; pwd)` — have come
+/// and gone by then); returns that scan.
+fn scan_until(s: &mut Scanner, task: i64, n: usize, sleeps: usize) -> Scan {
     let deadline = std::time::Instant::now() + WAIT;
     loop {
         let scan = s.scan();
-        let have = scan
+        let procs = scan
             .tasks
             .iter()
             .find(|t| t.task_id == task)
-            .map_or(0, |t| t.processes.len());
-        if have == n {
+            .map(|t| t.processes.clone())
+            .unwrap_or_default();
+        let sleeping = procs.iter().filter(|p| comm(p.pid) == "sleep").count();
+        if procs.len() == n && sleeping == sleeps {
             return scan;
         }
         assert!(
@@ -106,7 +117,7 @@ fn a_tree_whose_child_ignores_sigterm_ends_by_sigkill() {
     let script = "bash -c 'trap \"\" TERM; sleep 86400; true' &\nsleep 86400 &\nwait";
     let mut p = base.start_ds_command(DsLine::V3_2, 11, 12, script).unwrap();
     let mut s = scanner(&base);
-    let scan = scan_until(&mut s, 12, 4);
+    let scan = scan_until(&mut s, 12, 4, 2);
     let order = order_for(&scan, 12, "o-1");
     assert!(pids(&order).contains(&p.pid()));
     let mut proc = ProcFs::new("/proc");
@@ -131,7 +142,7 @@ fn a_reused_pid_is_refused_and_nothing_is_signalled() {
         .start_ds_command(DsLine::V3_2, 21, 22, "sleep 86400 &\nwait")
         .unwrap();
     let mut s = scanner(&base);
-    let scan = scan_until(&mut s, 22, 2);
+    let scan = scan_until(&mut s, 22, 2, 1);
     let mut order = order_for(&scan, 22, "o-2");
     // the order was written for an earlier process of the same pid
     order.pids[0].start_time -= 600_000;
@@ -155,7 +166,7 @@ fn without_allow_kill_every_order_is_refused_and_every_process_lives() {
         .start_ds_command(DsLine::V3_2, 31, 32, "sleep 86400 &\nwait")
         .unwrap();
     let mut s = scanner(&base);
-    let scan = scan_until(&mut s, 32, 2);
+    let scan = scan_until(&mut s, 32, 2, 1);
     let order = order_for(&scan, 32, "o-3");
     let rules = KillRules {
         allow: false,
@@ -192,7 +203,22 @@ fn a_process_with_a_controlling_terminal_is_never_signalled() {
     };
     // script, and its sleep on the pty
     let mut s = scanner(&base);
-    let scan = scan_until(&mut s, 42, 2);
+    let scan = scan_until(&mut s, 42, 2, 1);
+    // the sleep has its terminal once script has made it its session's
+    let mut scan = scan;
+    let deadline = std::time::Instant::now() + WAIT;
+    while !scan
+        .tasks
+        .iter()
+        .any(|t| t.task_id == 42 && t.processes.iter().any(|p| p.tty))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no terminal: {scan:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+        scan = scan_until(&mut s, 42, 2, 1);
+    }
     let t = scan.tasks.iter().find(|t| t.task_id == 42).unwrap();
     let on_tty: Vec<i32> = t
         .processes
@@ -222,7 +248,7 @@ fn an_order_naming_the_worker_jvm_is_refused() {
         .start_ds_command(DsLine::V3_2, 51, 52, "sleep 86400 &\nwait")
         .unwrap();
     let mut s = scanner(&base);
-    let scan = scan_until(&mut s, 52, 2);
+    let scan = scan_until(&mut s, 52, 2, 1);
     let order = order_for(&scan, 52, "o-5");
     let mut proc = ProcFs::new("/proc");
     // say the task's script were the worker's JVM
@@ -244,7 +270,7 @@ fn a_process_outside_the_task_is_refused() {
     let elsewhere = tempfile::tempdir().unwrap();
     let mut stranger = TaskProcess::spawn(elsewhere.path(), "sleep", &["86400"]).unwrap();
     let mut s = scanner(&base);
-    let scan = scan_until(&mut s, 62, 2);
+    let scan = scan_until(&mut s, 62, 2, 1);
     let mut order = order_for(&scan, 62, "o-6");
     // the stranger's own start time, so only membership can refuse it
     let st = {
@@ -274,7 +300,7 @@ fn an_exited_task_is_gone() {
         .start_ds_command(DsLine::V3_2, 71, 72, "sleep 86400 &\nwait")
         .unwrap();
     let mut s = scanner(&base);
-    let scan = scan_until(&mut s, 72, 2);
+    let scan = scan_until(&mut s, 72, 2, 1);
     let order = order_for(&scan, 72, "o-7");
     p.kill().unwrap();
     let mut proc = ProcFs::new("/proc");
@@ -307,7 +333,7 @@ fn the_descendants_of_an_ordered_process_are_signalled_too() {
         )
         .unwrap();
     let mut s = scanner(&base);
-    let scan = scan_until(&mut s, 82, 4);
+    let scan = scan_until(&mut s, 82, 4, 2);
     let all = pids(&order_for(&scan, 82, "x"));
     let mut order = order_for(&scan, 82, "o-8");
     order.pids.retain(|o| o.pid == p.pid());
