@@ -18,6 +18,9 @@ use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+/// `CAP_KILL` (linux/capability.h).
+const CAP_KILL: u32 = 5;
+
 /// How many answered orders whose node has gone are remembered, so that a
 /// listing that still shows a node being deleted never runs it twice.
 const RETIRED_KEPT: usize = 4096;
@@ -255,6 +258,25 @@ impl Orders {
                     });
                 }
             }
+        }
+    }
+
+    /// Says at start what the agent will do with orders; warns when kills
+    /// are allowed but the agent lacks `CAP_KILL` (another user's process
+    /// could then not be signalled: `partial`).
+    pub(crate) fn log_start(&self) {
+        if !self.rules.allow {
+            tracing::info!("agent.allow_kill is false: kill orders are answered refused");
+            return;
+        }
+        let caps = crate::proc::ProcSource::capabilities(&mut ProcFs::new(&self.proc_root));
+        if caps.is_some_and(|c| !crate::proc::has(c, CAP_KILL)) {
+            tracing::warn!(
+                "agent.allow_kill is true but the agent lacks CAP_KILL: task processes of other users \
+                 cannot be signalled (run deploy/systemd/ds-reaper-agent-kill.service or agent-sidecar-kill.yaml)"
+            );
+        } else {
+            tracing::info!(kill_grace = ?self.rules.grace, "agent.allow_kill is true: kill orders of the leading daemon are carried out");
         }
     }
 

@@ -216,6 +216,7 @@ impl Agent {
             listen = ?listener.local_addr().ok(),
             "starting the ds-reaper agent"
         );
+        shared.orders.log_start();
         let http_cancel = cancel.clone();
         let app = crate::http::router(shared.clone());
         let server = tokio::spawn(async move {
