@@ -68,6 +68,8 @@ pub struct Pending {
     targets: Vec<Target>,
     /// Signals that failed (EPERM: the agent lacks `CAP_KILL`).
     errors: Vec<String>,
+    /// The pids that got SIGTERM.
+    termed: Vec<i32>,
 }
 
 /// One process of the tree, held for its signals.
@@ -264,6 +266,7 @@ pub fn begin(
         task_id: order.task_id,
         targets: Vec::new(),
         errors: Vec::new(),
+        termed: Vec::new(),
     };
     for (_, pid, s) in tree {
         let sudo = root_sudo(proc.root(), pid);
@@ -302,6 +305,7 @@ pub fn begin(
         pids = ?termed,
         "kill order: SIGTERM sent to the task's process tree"
     );
+    pending.termed = termed;
     Begun::Signalled(pending)
 }
 
@@ -380,9 +384,20 @@ impl Pending {
         }
         let still = left(proc, &self.targets);
         let mut detail = format!(
-            "task {}: {} process(es) of the tree signalled",
-            self.task_id, total
+            "task {}: {} process(es) in the tree; SIGTERM to pid(s) {:?}",
+            self.task_id, total, self.termed
         );
+        let sudo: Vec<i32> = self
+            .targets
+            .iter()
+            .filter(|t| t.handle.is_none())
+            .map(|t| t.pid)
+            .collect();
+        if !sudo.is_empty() {
+            detail.push_str(&format!(
+                "; not signalled (root-owned sudo, or no handle): pid(s) {sudo:?}"
+            ));
+        }
         if !killed.is_empty() {
             detail.push_str(&format!("; SIGKILL after {grace:?} to pid(s) {killed:?}"));
         }

@@ -125,6 +125,7 @@ fn a_tree_whose_child_ignores_sigterm_ends_by_sigkill() {
     assert_eq!(out.result, OrderResult::Killed, "{out:?}");
     assert_eq!(out.order_id, "o-1");
     assert!(out.detail.contains("SIGKILL"), "{out:?}");
+    assert!(out.detail.contains("SIGTERM to pid(s) ["), "{out:?}");
     for pid in pids(&order) {
         assert!(!alive(pid), "pid {pid} survived: {out:?}");
     }
