@@ -133,12 +133,13 @@ fn root_sudo(root: &Path, pid: i32) -> bool {
     if comm.trim_end() != "sudo" {
         return false;
     }
+    // sudo is set-uid root: its effective uid is root whatever the caller's
     std::fs::read_to_string(dir.join("status"))
         .ok()
         .and_then(|s| {
             s.lines()
                 .find_map(|l| l.strip_prefix("Uid:"))
-                .and_then(|u| u.split_whitespace().next().map(|r| r == "0"))
+                .map(|u| u.split_whitespace().take(2).any(|id| id == "0"))
         })
         .unwrap_or(false)
 }

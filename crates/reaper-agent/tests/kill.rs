@@ -347,3 +347,58 @@ fn the_descendants_of_an_ordered_process_are_signalled_too() {
     }
     assert!(!p.is_running());
 }
+
+/// DS 3.2+ with `sudo.enable` runs `sudo -u <tenant> -i <command file>`; that
+/// root-owned `sudo` is never signalled: it ends with its children. Here a
+/// stand-in named `sudo` (a copy of bash, run as root) runs the command file
+/// and would leave a marker if it ever got SIGTERM; the order is carried out
+/// through its child alone, and the stand-in ends by itself. Needs root (a
+/// process of the test's own user is no root-owned sudo).
+#[test]
+fn a_root_owned_sudo_is_signalled_only_through_its_children() {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let root = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .is_some_and(|u| u.split_whitespace().nth(1) == Some("0"));
+    if !root {
+        eprintln!("SKIPPED: a root-owned sudo needs the test to run as root");
+        return;
+    }
+    let base = ExecBase::new().unwrap();
+    let dir = base.execute_path(DsLine::V3_2, 91, 92).unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    let sudo = bin.path().join("sudo");
+    std::fs::copy("/bin/bash", &sudo).unwrap();
+    let marker = bin.path().join("sudo-got-sigterm");
+    let file = dir.join("91_92.sh");
+    std::fs::write(
+        &file,
+        format!(
+            "trap 'touch {}' TERM\nsleep 86400 &\nwait\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    let mut p =
+        TaskProcess::spawn(&dir, sudo.to_str().unwrap(), &[file.to_str().unwrap()]).unwrap();
+    let mut s = scanner(&base);
+    let scan = scan_until(&mut s, 92, 2, 1);
+    assert_eq!(comm(p.pid()), "sudo");
+    let order = order_for(&scan, 92, "o-9");
+    let mut proc = ProcFs::new("/proc");
+    let out = carry_out(&order, &scan, Some(me()), ALLOW, &mut proc);
+    assert_eq!(out.result, OrderResult::Killed, "{out:?}");
+    assert!(
+        out.detail.contains(&format!(
+            "not signalled (root-owned sudo, or no handle): pid(s) [{}]",
+            p.pid()
+        )),
+        "{out:?}"
+    );
+    for pid in pids(&order) {
+        assert!(!alive(pid), "pid {pid} survived: {out:?}");
+    }
+    assert!(!p.is_running());
+    assert!(!marker.exists(), "the sudo stand-in got SIGTERM");
+}
