@@ -402,3 +402,40 @@ fn a_root_owned_sudo_is_signalled_only_through_its_children() {
     assert!(!p.is_running());
     assert!(!marker.exists(), "the sudo stand-in got SIGTERM");
 }
+
+/// Something of the tree that outlives the grace and SIGKILL makes the result
+/// `partial`, naming it: here the root-owned `sudo` stand-in, which is never
+/// signalled and, its child killed, goes on to run another command.
+#[test]
+fn a_survivor_makes_the_result_partial() {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let root = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .is_some_and(|u| u.split_whitespace().nth(1) == Some("0"));
+    if !root {
+        eprintln!("SKIPPED: a root-owned sudo needs the test to run as root");
+        return;
+    }
+    let base = ExecBase::new().unwrap();
+    let dir = base.execute_path(DsLine::V3_2, 93, 94).unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    let sudo = bin.path().join("sudo");
+    std::fs::copy("/bin/bash", &sudo).unwrap();
+    let file = dir.join("93_94.sh");
+    std::fs::write(&file, "sleep 86400 &\nwait\nsleep 86400\n").unwrap();
+    let mut p =
+        TaskProcess::spawn(&dir, sudo.to_str().unwrap(), &[file.to_str().unwrap()]).unwrap();
+    let mut s = scanner(&base);
+    let scan = scan_until(&mut s, 94, 2, 1);
+    let order = order_for(&scan, 94, "o-10");
+    let mut proc = ProcFs::new("/proc");
+    let out = carry_out(&order, &scan, Some(me()), ALLOW, &mut proc);
+    assert_eq!(out.result, OrderResult::Partial, "{out:?}");
+    assert!(
+        out.detail
+            .contains(&format!("still alive: pid(s) [{}]", p.pid())),
+        "{out:?}"
+    );
+    assert!(p.is_running());
+}
