@@ -224,27 +224,30 @@ pub fn begin(
         }
     }
     // the tree: each process whose chain of parents within the task reaches
-    // an ordered one (parents start no later than their children)
+    // an ordered one (parents start no later than their children); its depth
+    // counts every parent within the task, so that children go first even
+    // when parent and child are both ordered
     let mut tree: Vec<(usize, i32, ProcStat)> = Vec::new();
     for (&pid, &s) in &task {
         let mut depth = 0;
         let mut cur = (pid, s);
-        let reaches = loop {
-            if roots.contains_key(&cur.0) {
-                break true;
-            }
+        let mut reaches = false;
+        loop {
+            reaches |= roots.contains_key(&cur.0);
             let Some(parent) = task
                 .get(&cur.1.ppid)
                 .filter(|p| cur.1.ppid != cur.0 && p.start_ticks <= cur.1.start_ticks)
             else {
-                break false;
+                break;
             };
             depth += 1;
             if depth > MAX_DEPTH {
-                break false;
+                // a loop in a racy read: no order to trust
+                reaches &= roots.contains_key(&pid);
+                break;
             }
             cur = (cur.1.ppid, *parent);
-        };
+        }
         if reaches {
             tree.push((depth, pid, s));
         }

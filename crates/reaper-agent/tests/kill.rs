@@ -101,6 +101,33 @@ fn pids(order: &KillOrder) -> BTreeSet<i32> {
     order.pids.iter().map(|p| p.pid).collect()
 }
 
+/// The pids of `SIGTERM to pid(s) [..]` in an outcome's detail, in order.
+fn sigtermed(detail: &str) -> Vec<i32> {
+    let Some(rest) = detail.split("SIGTERM to pid(s) [").nth(1) else {
+        return Vec::new();
+    };
+    rest.split(']')
+        .next()
+        .unwrap_or("")
+        .split(", ")
+        .filter_map(|p| p.trim().parse().ok())
+        .collect()
+}
+
+/// Each ordered process's parent, read now.
+fn parents(order: &KillOrder) -> std::collections::HashMap<i32, i32> {
+    order
+        .pids
+        .iter()
+        .filter_map(|p| {
+            let stat = std::fs::read_to_string(format!("/proc/{}/stat", p.pid)).ok()?;
+            let i = stat.rfind(')')?;
+            let pp = stat[i + 1..].split_whitespace().nth(1)?.parse().ok()?;
+            Some((p.pid, pp))
+        })
+        .collect()
+}
+
 /// A fixed hold in which nothing must happen: a signal sent would have
 /// ended these sleeping processes well within it.
 fn hold() {
@@ -120,12 +147,21 @@ fn a_tree_whose_child_ignores_sigterm_ends_by_sigkill() {
     let scan = scan_until(&mut s, 12, 4, 2);
     let order = order_for(&scan, 12, "o-1");
     assert!(pids(&order).contains(&p.pid()));
+    let parent = parents(&order);
     let mut proc = ProcFs::new("/proc");
     let out = carry_out(&order, &scan, Some(me()), ALLOW, &mut proc);
     assert_eq!(out.result, OrderResult::Killed, "{out:?}");
     assert_eq!(out.order_id, "o-1");
     assert!(out.detail.contains("SIGKILL"), "{out:?}");
-    assert!(out.detail.contains("SIGTERM to pid(s) ["), "{out:?}");
+    // children before parents: every process before its parent
+    let termed = sigtermed(&out.detail);
+    assert_eq!(termed.len(), 4, "{out:?}");
+    assert_eq!(termed.last(), Some(&p.pid()), "the root goes last: {out:?}");
+    for (i, pid) in termed.iter().enumerate() {
+        if let Some(at) = termed.iter().position(|x| Some(x) == parent.get(pid)) {
+            assert!(at > i, "{pid} signalled after its parent: {out:?}");
+        }
+    }
     for pid in pids(&order) {
         assert!(!alive(pid), "pid {pid} survived: {out:?}");
     }
