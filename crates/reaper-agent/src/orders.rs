@@ -180,6 +180,12 @@ fn read(node: &OrderNode) -> Result<KillOrder, Unreadable> {
             ),
         ));
     }
+    if let Some(bad) = order.pids.iter().find(|p| p.pid <= 0) {
+        return Err(Unreadable::Answerable(
+            order.order_id,
+            format!("pid {} is no process", bad.pid),
+        ));
+    }
     if order.pids.is_empty() {
         return Err(Unreadable::Answerable(
             order.order_id,
@@ -374,6 +380,11 @@ mod tests {
                 data: b"\xff\x00 not json".to_vec(),
             },
             OrderNode {
+                name: "14".into(),
+                data: br#"{"task_id":14,"pids":[{"pid":-1,"start_time":1}],"reason":"r","issued_at":1,"order_id":"x5"}"#
+                    .to_vec(),
+            },
+            OrderNode {
                 name: "13".into(),
                 data: br#"{"order_id":""}"#.to_vec(),
             },
@@ -384,13 +395,14 @@ mod tests {
             ["x2"]
         );
         let ids: Vec<&str> = refused.iter().map(|o| o.order_id.as_str()).collect();
-        assert_eq!(ids, ["x1", "x3", "x4"]);
+        assert_eq!(ids, ["x1", "x3", "x4", "x5"]);
         assert!(refused.iter().all(|o| o.result == OrderResult::Refused));
         assert!(refused[0].detail.contains("malformed order"), "{refused:?}");
         assert!(refused[1].detail.contains("task 10"), "{refused:?}");
         assert!(refused[2].detail.contains("no process"), "{refused:?}");
+        assert!(refused[3].detail.contains("pid -1"), "{refused:?}");
         // the refusals are in the reports; nothing runs twice
-        assert_eq!(b.outcomes().len(), 3);
+        assert_eq!(b.outcomes().len(), 4);
         let (run, refused) = b.listed(&bad);
         assert!(run.is_empty() && refused.is_empty());
     }
