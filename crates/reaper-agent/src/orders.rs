@@ -357,6 +357,55 @@ mod tests {
         assert!(b.listed(&[node("7", "a")]).0.is_empty());
     }
 
+    /// Arbitrary bytes, and valid orders with bytes flipped or cut, as order
+    /// data and node names: the book answers or skips, never panics, and
+    /// every order it runs is one it could read.
+    #[test]
+    fn arbitrary_order_data_never_panics() {
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let valid = node("7", "v").data;
+        let mut b = OrderBook::new();
+        for i in 0..20_000u32 {
+            let mut data = if i % 2 == 0 {
+                valid.clone()
+            } else {
+                (0..(next() % 64)).map(|_| next() as u8).collect()
+            };
+            for _ in 0..(next() % 4) {
+                if data.is_empty() {
+                    break;
+                }
+                let at = (next() as usize) % data.len();
+                match next() % 3 {
+                    0 => data[at] = next() as u8,
+                    1 => data.truncate(at),
+                    _ => {
+                        let punct = b"{}[],:\"0-";
+                        data.insert(at, punct[(next() as usize) % punct.len()])
+                    }
+                }
+            }
+            let name = match next() % 3 {
+                0 => "7".to_string(),
+                1 => (next() % 100).to_string(),
+                _ => String::from_utf8_lossy(&[next() as u8, next() as u8]).into_owned(),
+            };
+            let (run, refused) = b.listed(&[OrderNode { name, data }]);
+            for o in &run {
+                assert!(!o.order_id.trim().is_empty() && !o.pids.is_empty());
+                assert!(o.pids.iter().all(|p| p.pid > 0));
+                b.answer(done(&o.order_id));
+            }
+            assert!(refused.iter().all(|o| o.result == OrderResult::Refused));
+        }
+    }
+
     #[test]
     fn malformed_orders_are_refused_or_skipped_never_a_panic() {
         let mut b = OrderBook::new();
