@@ -70,3 +70,27 @@ impl EtcdOrderReader {
             .collect())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_prefix_is_the_daemons_order_folder_of_the_worker() {
+        let r = EtcdOrderReader::new(
+            EtcdSettings::new(vec!["http://127.0.0.1:2379".into()]),
+            " 10.0.0.1:1234 ",
+        );
+        assert_eq!(
+            r.prefix(),
+            "dolphinscheduler/ds-reaper/orders/10.0.0.1:1234/"
+        );
+        assert_eq!(
+            format!("{}42", r.prefix()),
+            format!(
+                "dolphinscheduler/{}",
+                reaper_core::order::order_path("10.0.0.1:1234", 42)
+            )
+        );
+    }
+}
