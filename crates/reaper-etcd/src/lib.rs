@@ -38,6 +38,7 @@
 //! - `keys`: where things are under the namespace.
 //! - `port`: the engine's ports.
 
+mod agent_orders;
 mod keys;
 mod leader;
 mod lease;
@@ -52,6 +53,7 @@ use reaper_core::{DsLine, Zone};
 use std::future::Future;
 use std::time::Duration;
 
+pub use agent_orders::EtcdOrderReader;
 pub use leader::EtcdLeader;
 pub use publisher::EtcdAgentPublisher;
 pub use reaper_core::registry::Detected;
