@@ -37,6 +37,14 @@ pub struct GhostRow {
     pub newer_attempt: Option<NewerAttempt>,
 }
 
+/// What a batched read of listed task ids found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GhostRead {
+    pub rows: Vec<GhostRow>,
+    /// Ids whose row exists but cannot be decoded: never taken for gone.
+    pub undecodable: Vec<i64>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NewerAttempt {
     pub id: i64,
