@@ -459,8 +459,11 @@ pub fn plan_ghosts(
                     }
                 }
             };
+            // a hold (standby, check) is said once by the status, not per ghost
             if let Disposition::Blocked(b) = &disposition {
-                note = Some(b.describe());
+                if !matches!(b, Blocked::Hold(_)) {
+                    note = Some(b.describe());
+                }
             }
             ghosts.push(Ghost {
                 task_id: task.task_id,
