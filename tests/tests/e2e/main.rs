@@ -12,6 +12,7 @@ mod common_chaos;
 mod daemon;
 mod etcd;
 mod followups;
+mod ghosts;
 mod jdbc;
 mod judging;
 mod leader;
