@@ -185,8 +185,21 @@ impl Settings {
                 ),
             ));
         }
+        // DS's JDBC registry has no place for kill orders (SPEC §15): a kill
+        // asked for there would never be carried out.
+        let jdbc = self.registry.kind == super::choices::RegistryKind::Jdbc;
+        let no_orders = "the jdbc registry carries no kill orders; ghosts can only be reported";
+        if jdbc && self.policy.ghost_process == reaper_core::ghost::GhostAction::Kill {
+            out.push(("policy.ghost_process".to_string(), no_orders.into()));
+        }
         for (i, rule) in self.policy.rules.iter().enumerate() {
             let key = |k: &str| format!("policy.rules[{i}].{k}");
+            if jdbc
+                && rule.reason == Some(ReasonName::GhostProcess)
+                && rule.action == Some(RuleAction::Kill)
+            {
+                out.push((key("action"), no_orders.into()));
+            }
             if let Some(why) = rule.action_problem() {
                 out.push((key("action"), why));
             }

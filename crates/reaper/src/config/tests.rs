@@ -604,3 +604,30 @@ owner_master = "lost"
         assert!(all.contains(needle), "missing {needle:?} in:\n{all}");
     }
 }
+
+#[test]
+fn the_jdbc_registry_cannot_kill_ghosts() {
+    let e = load_text(
+        r#"
+[registry]
+type = "jdbc"
+[policy]
+ghost_process = "kill"
+[[policy.rules]]
+reason = "ghost_process"
+action = "kill"
+"#,
+    )
+    .unwrap_err();
+    let all = e.to_string();
+    assert!(
+        all.contains("policy.ghost_process: the jdbc registry carries no kill orders"),
+        "{all}"
+    );
+    assert!(
+        all.contains("policy.rules[0].action: the jdbc registry carries no kill orders"),
+        "{all}"
+    );
+    // reporting them is fine
+    load_text("[registry]\ntype = \"jdbc\"\n[policy]\nghost_process = \"report\"\n").unwrap();
+}

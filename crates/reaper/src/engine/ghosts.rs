@@ -50,8 +50,15 @@ impl Engine {
             ghost::listed_ids(&view, self.now(), self.settings.reconcile.agent_stale_after)
                 .into_iter()
                 .collect();
+        let no_agents = view.agents.is_empty();
         drop(view);
-        let orders = match self.registry.orders().await {
+        // Without agents there are neither ghosts nor answers: no registry
+        // call at all for clusters that run none.
+        let orders = match no_agents {
+            true => Ok(Vec::new()),
+            false => self.registry.orders().await,
+        };
+        let orders = match orders {
             Ok(o) => Some(o),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the kill orders; none is written in this sweep");
@@ -262,6 +269,8 @@ impl Engine {
                     .insert(order.order_id.clone(), (g.worker.clone(), order));
             }
             Err(e) => {
+                // tried again once ghost_after has passed, not every sweep
+                ghost::ordered(&mut st.ghosts.memory, &g.worker, g.task_id, now);
                 tracing::error!(error = %e, task_id = g.task_id, "kill order not written");
                 self.metrics
                     .ghost_actions_total
@@ -291,6 +300,11 @@ impl Engine {
             .iter()
             .map(|o| (o.1.order_id.as_str(), o))
             .collect();
+        // The agent answers only while an order's node exists: an order of
+        // this run whose node is gone will never be answered.
+        st.ghosts
+            .issued
+            .retain(|id, _| by_id.contains_key(id.as_str()));
         let mut agents: Vec<(&String, Vec<&OrderOutcome>)> = view
             .agents
             .iter()
