@@ -142,6 +142,13 @@ async fn a_finished_tasks_process_is_a_ghost_after_ghost_after_and_only_reported
     r.store.insert(task(1));
     r.run(&[1], 30).await;
     assert!(r.ghosts().is_empty(), "live row: its process is the task");
+    assert!(
+        !r.store
+            .calls()
+            .iter()
+            .any(|c| matches!(c, StoreCall::GhostRead(_))),
+        "a listed task among the sweep's candidates costs no read of its own"
+    );
     r.store.finish(1, 7, r.engine.now());
     r.run(&[1], 50).await;
     assert!(r.ghosts().is_empty(), "within ghost_after");

@@ -44,7 +44,15 @@ impl Engine {
     /// Reads the rows of every task a fresh agent lists now (SPEC §15: the
     /// row is read after the listing arrived), and the outstanding orders.
     /// None when the store cannot read them: no ghost is judged then.
-    pub(super) async fn read_listed(&self, line: DsLine) -> Option<Listed> {
+    ///
+    /// A listed task among this sweep's `candidates` (a `flag = 1` row in a
+    /// live state, read moments ago) is taken from them: most listed tasks
+    /// are running ones, so only the others cost a read.
+    pub(super) async fn read_listed(
+        &self,
+        line: DsLine,
+        candidates: &[reaper_core::Candidate],
+    ) -> Option<Listed> {
         let view = self.registry.view();
         let ids: Vec<i64> =
             ghost::listed_ids(&view, self.now(), self.settings.reconcile.agent_stale_after)
@@ -72,12 +80,39 @@ impl Engine {
                 orders,
             });
         }
-        match self.store.ghost_rows(line, &ids).await {
+        let listed: BTreeSet<i64> = ids.iter().copied().collect();
+        let mut rows: BTreeMap<i64, GhostRow> = candidates
+            .iter()
+            .filter(|c| listed.contains(&c.id))
+            .map(|c| {
+                (
+                    c.id,
+                    GhostRow {
+                        row: c.clone(),
+                        flag: 1,
+                        end_time: None,
+                        newer_attempt: None,
+                    },
+                )
+            })
+            .collect();
+        let rest: Vec<i64> = ids
+            .iter()
+            .copied()
+            .filter(|i| !rows.contains_key(i))
+            .collect();
+        let found = if rest.is_empty() {
+            Ok(reaper_core::ghost::GhostRead::default())
+        } else {
+            self.store.ghost_rows(line, &rest).await
+        };
+        match found {
             Ok(found) => {
                 let bad: BTreeSet<i64> = found.undecodable.into_iter().collect();
+                rows.extend(found.rows.into_iter().map(|r| (r.row.id, r)));
                 Some(Listed {
                     read: ids.into_iter().filter(|i| !bad.contains(i)).collect(),
-                    rows: found.rows.into_iter().map(|r| (r.row.id, r)).collect(),
+                    rows,
                     orders,
                 })
             }
@@ -96,7 +131,7 @@ impl Engine {
     /// `check`'s ghosts: judged in one look (SPEC §15), counting from the
     /// row's end time and the agents' kept reports; nothing is ordered.
     pub async fn check_ghosts(&self, line: DsLine) -> Result<Vec<Ghost>, String> {
-        let Some(listed) = self.read_listed(line).await else {
+        let Some(listed) = self.read_listed(line, &[]).await else {
             return Ok(Vec::new());
         };
         let view = self.registry.view();

@@ -107,7 +107,7 @@ impl Engine {
             }
         };
 
-        let listed = self.read_listed(line).await;
+        let listed = self.read_listed(line, &candidates).await;
 
         // SPEC §4.1: judge against a view taken after the read. A worker that
         // registered during a long scan and got a task is then known, and a
