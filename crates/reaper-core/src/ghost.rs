@@ -224,11 +224,14 @@ pub fn over(view: &RegistryView, worker: &str, row: Option<&GhostRow>) -> Option
     // a live task's process is never a ghost.
     let h = r.row.host.as_deref().filter(|h| !host::is_empty(Some(h)))?;
     let me = host::normalize(worker);
+    let named = view.resolve(NodeKind::Worker, h);
+    if named == me {
+        return None;
+    }
     let own_address = view
         .workers
         .get(me.as_ref())
         .and_then(|n| n.address.as_deref());
-    let named = view.resolve(NodeKind::Worker, h);
     let known =
         view.live(NodeKind::Worker, h).is_some() || view.lost_at(NodeKind::Worker, h).is_some();
     if known && named != me && own_address != Some(host::normalize(h).as_ref()) {
@@ -363,18 +366,20 @@ pub fn plan_ghosts(
         };
         let jvm = view.workers.get(worker).and_then(|n| n.process_id);
         for task in &report.tasks {
-            let key = (worker.clone(), task.task_id);
             if !read.contains(&task.task_id) {
                 // Listed since the read: judged next sweep, its clock kept.
+                let key = (worker.clone(), task.task_id);
                 if let Some(t) = memory.get(&key) {
                     kept.insert(key, t.clone());
                 }
                 continue;
             }
             let row = rows.get(&task.task_id);
+            // most listed tasks run: decided without allocating
             let Some(over) = over(view, worker, row) else {
                 continue;
             };
+            let key = (worker.clone(), task.task_id);
             let mut track = memory.get(&key).cloned().unwrap_or(Track {
                 over_since: now,
                 reports: 0,

@@ -6,6 +6,7 @@
 mod agent;
 mod api;
 mod bench_agent;
+mod bench_ghosts;
 mod chaos;
 mod cli;
 mod common_chaos;
