@@ -26,6 +26,8 @@ struct Rig {
     reg: Arc<MemRegistry>,
     leader: Arc<Switch>,
     seq: u64,
+    /// How the agent spells its worker in its report (default: as the view keys it).
+    spelling: String,
     _dir: tempfile::TempDir,
 }
 
@@ -54,6 +56,7 @@ fn rig(tune: impl FnOnce(&mut Settings)) -> Rig {
         reg,
         leader,
         seq: 0,
+        spelling: W1.to_string(),
         _dir: dir,
     }
 }
@@ -87,7 +90,7 @@ impl Rig {
         let now = self.engine.now();
         let started = (t0() - chrono::TimeDelta::seconds(540)).timestamp_millis();
         let report = AgentReport {
-            worker: W1.into(),
+            worker: self.spelling.clone(),
             agent_version: "test".into(),
             seq: self.seq,
             scan_started_at: now.timestamp_millis(),
@@ -355,4 +358,32 @@ async fn superseded_and_vanished_rows_are_ghosts_too() {
     ids.sort();
     assert_eq!(ids, [1, 2]);
     r.no_db_write();
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_order_goes_to_the_folder_the_agent_reads() {
+    let mut r = rig(|s| s.policy.ghost_process = GhostAction::Kill);
+    // the worker registered as "W1:1234": the view keys it in lower case
+    r.spelling = "W1:1234".into();
+    r.store.insert(task(1));
+    r.store.finish(1, 7, t0());
+    r.run(&[1], 80).await;
+    let nodes = r.reg.order_nodes();
+    assert!(nodes.contains_key(&("W1:1234".to_string(), 1)), "{nodes:?}");
+    let order = nodes[&("W1:1234".to_string(), 1)].clone();
+    // outstanding under that spelling: not ordered again
+    r.run(&[1], 120).await;
+    assert_eq!(r.process_events(AuditEvent::Intent).len(), 1);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    r.report(
+        &[],
+        vec![OrderOutcome {
+            order_id: order.order_id,
+            result: OrderResult::Gone,
+            detail: String::new(),
+        }],
+    );
+    r.engine.sweep(Trigger::Tick).await;
+    assert_eq!(r.process_events(AuditEvent::Done).len(), 1);
+    assert!(r.reg.order_nodes().is_empty());
 }

@@ -146,12 +146,7 @@ impl Engine {
             hold: Some("check never writes".into()),
             ..SafetyState::default()
         };
-        let outstanding: BTreeSet<(String, i64)> = listed
-            .orders
-            .iter()
-            .flatten()
-            .map(|(w, o)| (w.clone(), o.task_id))
-            .collect();
+        let outstanding = outstanding(&listed);
         Ok(ghost::plan_ghosts(
             &view,
             &listed.read,
@@ -207,12 +202,7 @@ impl Engine {
         let Some(listed) = listed else {
             return safety;
         };
-        let outstanding: BTreeSet<(String, i64)> = listed
-            .orders
-            .iter()
-            .flatten()
-            .map(|(w, o)| (w.clone(), o.task_id))
-            .collect();
+        let outstanding = outstanding(&listed);
         let hold_before = safety.hold.clone();
         if listed.orders.is_none() && safety.hold.is_none() {
             safety.hold = Some("the kill orders in the registry cannot be read".into());
@@ -247,7 +237,7 @@ impl Engine {
                 tracing::warn!(%why, "no more kill orders in this sweep");
                 break;
             }
-            self.order(st, g, line, now).await;
+            self.order(st, g, view, line, now).await;
         }
         next
     }
@@ -280,7 +270,23 @@ impl Engine {
     }
 
     /// One kill order: the intent on disk first, then the node.
-    async fn order(&self, st: &mut SweepState, g: &Ghost, line: DsLine, now: Instant) {
+    async fn order(
+        &self,
+        st: &mut SweepState,
+        g: &Ghost,
+        view: &RegistryView,
+        line: DsLine,
+        now: Instant,
+    ) {
+        // The agent reads the folder named as it spells its worker; the
+        // view keys agents by the normalised name.
+        let folder = view
+            .agents
+            .get(&g.worker)
+            .and_then(|a| a.report.as_ref())
+            .map(|r| r.worker.trim().to_string())
+            .filter(|w| reaper_core::host::normalize(w) == g.worker.as_str())
+            .unwrap_or_else(|| g.worker.clone());
         let order = KillOrder {
             task_id: g.task_id,
             pids: g.processes.clone(),
@@ -294,14 +300,14 @@ impl Engine {
             tracing::error!(error = %e, task_id = g.task_id, "intent not audited: no kill order");
             return;
         }
-        match self.registry.put_order(&g.worker, &order).await {
+        match self.registry.put_order(&folder, &order).await {
             Ok(()) => {
                 tracing::warn!(task_id = g.task_id, worker = %g.worker, order_id = %order.order_id,
                     pids = ?g.pids(), "kill order written");
                 ghost::ordered(&mut st.ghosts.memory, &g.worker, g.task_id, now);
                 st.ghosts
                     .issued
-                    .insert(order.order_id.clone(), (g.worker.clone(), order));
+                    .insert(order.order_id.clone(), (folder, order));
             }
             Err(e) => {
                 // tried again once ghost_after has passed, not every sweep
@@ -426,6 +432,16 @@ impl Engine {
             result = o.result.as_str(), detail = %o.detail, "kill order answered");
         self.audit(vec![r]).await
     }
+}
+
+/// The outstanding orders by (normalised worker, task id), as the plan keys ghosts.
+fn outstanding(listed: &Listed) -> BTreeSet<(String, i64)> {
+    listed
+        .orders
+        .iter()
+        .flatten()
+        .map(|(w, o)| (reaper_core::host::normalize(w).into_owned(), o.task_id))
+        .collect()
 }
 
 /// Unique per issue: worker, task and the daemon's clock, plus a process-wide
