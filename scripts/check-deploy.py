@@ -340,6 +340,32 @@ def check_kubernetes(outdir):
         except tomllib.TOMLDecodeError as e:
             fail(k + f"agent-configmap.yaml: config.toml does not parse: {e}")
     ok("Kubernetes agent sidecar: shareProcessNamespace, probes, exactly SYS_PTRACE and DAC_READ_SEARCH")
+    # Its variant for agent.allow_kill = true (SPEC §11, §15): the same patch
+    # plus the KILL capability and DS_REAPER__AGENT__ALLOW_KILL=true, nothing else.
+    kv = k + "agent-sidecar-kill.yaml"
+    if not docs.get(kv):
+        fail(kv + " missing or empty")
+    else:
+        import copy
+        kdoc = copy.deepcopy(docs[kv][0])
+        kc = containers(((kdoc.get("spec") or {}).get("template") or {}).get("spec") or {}).get("ds-reaper-agent")
+        if kc is None:
+            fail(kv + ": no container named ds-reaper-agent")
+        else:
+            kcaps = (kc.get("securityContext") or {}).get("capabilities") or {}
+            if kcaps.get("drop") != ["ALL"] or sorted(kcaps.get("add") or []) != ["DAC_READ_SEARCH", "KILL", "SYS_PTRACE"]:
+                fail(kv + f": capabilities must drop ALL and add exactly SYS_PTRACE, DAC_READ_SEARCH, KILL: {kcaps}")
+            kenv = kc.get("env") or []
+            allow = [e for e in kenv if e.get("name") == "DS_REAPER__AGENT__ALLOW_KILL"]
+            if [e.get("value") for e in allow] != ["true"]:
+                fail(kv + ": DS_REAPER__AGENT__ALLOW_KILL is not set to \"true\"")
+            # with those two differences undone it must be agent-sidecar.yaml
+            kcaps["add"] = [c for c in kcaps.get("add") or [] if c != "KILL"]
+            kc["env"] = [e for e in kenv if e.get("name") != "DS_REAPER__AGENT__ALLOW_KILL"]
+            if kdoc != docs[a][0]:
+                fail(kv + ": differs from agent-sidecar.yaml in more than KILL and DS_REAPER__AGENT__ALLOW_KILL")
+            else:
+                ok("Kubernetes agent sidecar for kills: agent-sidecar.yaml plus KILL and allow_kill only")
 
     deps = [d for d in docs.get(k + "deployment.yaml", []) if d.get("kind") == "Deployment"]
     if not deps:

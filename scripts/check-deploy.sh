@@ -5,7 +5,8 @@
 #   - systemd: `systemd-analyze verify` of the unit (on a copy whose ExecStart
 #     points at a binary that exists), its hardening directives, its exposure
 #     score, and the sysusers entry; the agent's unit: verify, its two
-#     capabilities and nothing that hides other processes from it;
+#     capabilities and nothing that hides other processes from it; its
+#     kill variant: verify, the same unit plus CAP_KILL only;
 #   - Dockerfile: hadolint when installed, its required shape, and the
 #     dependency-cache skeleton it builds (every target stub cargo expects);
 #   - the built binary's metrics: `ds-reaper run` and `ds-reaper agent` are
@@ -188,6 +189,29 @@ if command -v systemd-analyze >/dev/null; then
     fail "systemd-analyze verify $AUNIT, rc=$rc:"; echo "$out" >&2
   else
     ok "systemd-analyze verify ds-reaper-agent.service"
+  fi
+fi
+# The variant for agent.allow_kill = true (SPEC §11, §15): the agent's unit
+# plus CAP_KILL and nothing else — every other directive the same.
+KUNIT=deploy/systemd/ds-reaper-agent-kill.service
+for d in 'AmbientCapabilities=CAP_SYS_PTRACE CAP_DAC_READ_SEARCH CAP_KILL' \
+         'CapabilityBoundingSet=CAP_SYS_PTRACE CAP_DAC_READ_SEARCH CAP_KILL' \
+         'Conflicts=ds-reaper-agent.service'; do
+  grep -qxF -- "$d" "$KUNIT" || fail "$KUNIT lacks '$d'"
+done
+directives() { grep -vE '^(#|$|Description=|Conflicts=|AmbientCapabilities=|CapabilityBoundingSet=)' "$1"; }
+if ! diff <(directives "$AUNIT") <(directives "$KUNIT") >"$TMP/kill-unit.diff"; then
+  fail "$KUNIT differs from $AUNIT in more than CAP_KILL:"; cat "$TMP/kill-unit.diff" >&2
+fi
+if command -v systemd-analyze >/dev/null; then
+  cp "$KUNIT" "$TMP/ds-reaper-agent-kill.service"
+  sed -i "s#^ExecStart=/usr/local/bin/ds-reaper #ExecStart=${bin:-/bin/true} #" "$TMP/ds-reaper-agent-kill.service"
+  out=$(cd "$TMP" && systemd-analyze verify --man=no ./ds-reaper-agent-kill.service 2>&1)
+  rc=$?
+  if [ $rc -ne 0 ] || echo "$out" | grep -q 'ds-reaper-agent-kill.service'; then
+    fail "systemd-analyze verify $KUNIT, rc=$rc:"; echo "$out" >&2
+  else
+    ok "systemd-analyze verify ds-reaper-agent-kill.service"
   fi
 fi
 

@@ -4,12 +4,13 @@
 //! of the registry.
 
 use crate::host::RegisteredWorker;
+use crate::orders::OrderNode;
 use crate::publish::{PublishError, Publisher};
 use futures::future::BoxFuture;
 use reaper_core::agent::AgentReport;
 use reaper_core::view::NodeInfo;
 use reaper_core::DsLine;
-use reaper_etcd::{EtcdAgentPublisher, EtcdRegistry, EtcdSettings};
+use reaper_etcd::{EtcdAgentPublisher, EtcdOrderReader, EtcdRegistry, EtcdSettings};
 use tokio_util::sync::CancellationToken;
 
 /// Where the agent publishes on etcd: DS's `[etcd]` settings.
@@ -51,6 +52,8 @@ pub struct EtcdPublisher {
     registry: EtcdRegistry,
     /// The publisher of the worker the agent found, made on first publish.
     current: tokio::sync::Mutex<Option<(String, EtcdAgentPublisher)>>,
+    /// The reader of the worker's kill orders, made on first use.
+    orders: tokio::sync::Mutex<Option<(String, EtcdOrderReader)>>,
 }
 
 impl EtcdPublisher {
@@ -63,6 +66,7 @@ impl EtcdPublisher {
             settings,
             path: path.to_string(),
             current: tokio::sync::Mutex::new(None),
+            orders: tokio::sync::Mutex::new(None),
         }
     }
 }
@@ -119,6 +123,32 @@ impl Publisher for EtcdPublisher {
                 .workers
                 .get(name.as_ref())
                 .map(|n| registered(n, &lines)))
+        })
+    }
+
+    fn orders<'a>(
+        &'a self,
+        worker: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<OrderNode>, PublishError>> {
+        Box::pin(async move {
+            let mut cur = self.orders.lock().await;
+            if cur.as_ref().is_none_or(|(w, _)| w != worker) {
+                *cur = Some((
+                    worker.to_string(),
+                    EtcdOrderReader::new(self.settings.clone(), worker),
+                ));
+            }
+            let Some((_, reader)) = cur.as_ref() else {
+                return Ok(Vec::new());
+            };
+            let kvs = reader
+                .list()
+                .await
+                .map_err(|e| PublishError::new(e.to_string()))?;
+            Ok(kvs
+                .into_iter()
+                .map(|(name, data)| OrderNode { name, data })
+                .collect())
         })
     }
 

@@ -10,8 +10,10 @@
 //! worker's JVM is not in its sight. It publishes what it saw as the data of an
 //! ephemeral node `<root>/<agent.path>/<worker>` in a registry session of its
 //! own, rewritten after every scan (the rewrite is its heartbeat), and serves
-//! `/healthz`, `/readyz` and `/metrics`. It never signals a process and never
-//! touches the database.
+//! `/healthz`, `/readyz` and `/metrics`. It never touches the database, and
+//! signals a process only on a kill order of the leading daemon, with
+//! `agent.allow_kill = true`, after checking the process again ([`kill`],
+//! [`orders`]).
 //!
 //! The whole runtime is here, so the binary's `agent` command is one call:
 //! [`run`] with [`AgentSettings`] built from the configuration.
@@ -23,6 +25,8 @@
 //! - [`host`]: `agent.worker = "auto"`: this host's addresses and its worker node.
 //! - [`publish`]: the [`Publisher`] port every registry implements.
 //! - [`zk`]: the ZooKeeper publisher, its own session.
+//! - [`orders`]: kill orders read from the registry, each carried out once and
+//!   answered; [`kill`]: carrying one out (re-check, SIGTERM, SIGKILL).
 //! - `runtime`: the scan loop and shutdown; `http`: the endpoints; [`metrics`].
 //! - [`testing`]: a fake proc tree and a denying source, for tests and benchmarks.
 
@@ -30,7 +34,9 @@ pub mod etcd;
 pub mod execpath;
 pub mod host;
 mod http;
+pub mod kill;
 pub mod metrics;
+pub mod orders;
 pub mod proc;
 pub mod publish;
 mod runtime;
@@ -51,6 +57,13 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+
+/// `agent.kill_grace` by default: time for a task to end on SIGTERM (write
+/// its last output, remove its temporary files) before SIGKILL.
+pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
+/// The longest `agent.kill_grace`: an order is answered within it (and a few
+/// seconds more), well before the daemon would re-issue it.
+pub const MAX_KILL_GRACE: Duration = Duration::from_secs(300);
 
 /// Everything the agent needs (SPEC §6 `[agent]`, plus the registry it
 /// publishes into).
@@ -77,6 +90,11 @@ pub struct AgentSettings {
     /// Where the proc filesystem is (default `/proc`); also the source of
     /// this host's addresses and name for `worker = "auto"`.
     pub proc_root: PathBuf,
+    /// `agent.allow_kill`: carry out the leading daemon's kill orders
+    /// (SPEC §15); false answers every order `refused`.
+    pub allow_kill: bool,
+    /// `agent.kill_grace`: SIGTERM to SIGKILL.
+    pub kill_grace: Duration,
     pub registry: AgentRegistry,
 }
 
@@ -100,6 +118,8 @@ impl AgentSettings {
             listen: SocketAddr::from(([127, 0, 0, 1], 9478)),
             line: None,
             proc_root: PathBuf::from("/proc"),
+            allow_kill: false,
+            kill_grace: DEFAULT_KILL_GRACE,
             registry,
         }
     }
@@ -120,6 +140,12 @@ impl AgentSettings {
         }
         if self.scan_interval.is_zero() {
             bad.push("agent.scan_interval must be positive".to_string());
+        }
+        if self.kill_grace.is_zero() || self.kill_grace > MAX_KILL_GRACE {
+            bad.push(format!(
+                "agent.kill_grace {:?} must be positive and at most {:?}",
+                self.kill_grace, MAX_KILL_GRACE
+            ));
         }
         self.path = self.path.trim().trim_matches('/').to_string();
         if self.path.is_empty() {
@@ -198,7 +224,8 @@ mod tests {
             scan_interval: Duration::ZERO,
             path: "/".into(),
             worker: Some("a/b".into()),
-            ..s
+            kill_grace: Duration::ZERO,
+            ..s.clone()
         };
         let e = bad.validated().unwrap_err();
         assert_eq!(e.exit_code(), 2);
@@ -209,8 +236,19 @@ mod tests {
             "scan_interval",
             "agent.path",
             "agent.worker",
+            "agent.kill_grace",
         ] {
             assert!(msg.contains(part), "{msg}");
         }
+        assert!(!s.allow_kill, "kills are off unless asked for");
+        let long = AgentSettings {
+            kill_grace: MAX_KILL_GRACE + Duration::from_secs(1),
+            ..s
+        };
+        assert!(long
+            .validated()
+            .unwrap_err()
+            .to_string()
+            .contains("kill_grace"));
     }
 }

@@ -2,8 +2,8 @@
 //! handles on a registry of its own, no globals.
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 #[derive(Clone)]
@@ -16,6 +16,8 @@ pub struct Metrics {
     pub publish_errors_total: IntCounter,
     pub registry_connected: IntGauge,
     pub build_info: IntGaugeVec,
+    /// Kill orders answered, by `result` (SPEC §15).
+    pub kills_total: IntCounterVec,
 }
 
 fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, m: T) -> T {
@@ -78,8 +80,22 @@ impl Metrics {
                 )
                 .expect("static metric definition"),
             ),
+            kills_total: reg(
+                &r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "kills_total",
+                        "Kill orders answered: killed, gone, refused or partial",
+                    ),
+                    &["result"],
+                )
+                .expect("static metric definition"),
+            ),
             registry: r,
         };
+        for result in ["killed", "gone", "refused", "partial"] {
+            m.kills_total.with_label_values(&[result]);
+        }
         m.build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
@@ -120,6 +136,7 @@ mod tests {
             "ds_reaper_agent_publish_errors_total",
             "ds_reaper_agent_registry_connected",
             "ds_reaper_agent_build_info",
+            "ds_reaper_agent_kills_total",
         ] {
             assert!(
                 text.contains(&format!("# TYPE {name} ")),
@@ -127,6 +144,7 @@ mod tests {
             );
         }
         assert!(text.contains("ds_reaper_agent_build_info{version=\""));
+        assert!(text.contains("ds_reaper_agent_kills_total{result=\"refused\"} 0"));
     }
 
     /// `promtool check metrics` (SPEC §9); promtool comes with the services

@@ -7,6 +7,7 @@
 //! creating it again whenever the session that held it is gone.
 
 use crate::host::RegisteredWorker;
+use crate::orders::OrderNode;
 use futures::future::BoxFuture;
 use reaper_core::agent::AgentReport;
 
@@ -43,6 +44,16 @@ pub trait Publisher: Send + Sync + 'static {
         &'a self,
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<RegisteredWorker>, PublishError>>;
+
+    /// The nodes of the worker's order folder `<root>/ds-reaper/orders/<worker>`
+    /// (SPEC §15), read in the publisher's own session; none while the folder
+    /// does not exist. A publisher of a registry without orders has none.
+    fn orders<'a>(
+        &'a self,
+        _worker: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<OrderNode>, PublishError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
 
     /// Whether the session is connected now.
     fn connected(&self) -> bool;

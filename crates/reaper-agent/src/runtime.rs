@@ -2,12 +2,14 @@
 //! then — once the agent knows which worker it stands for — the report
 //! published as its node's data. Publishing does not depend on the worker
 //! being registered: the agent keeps publishing while its worker is absent,
-//! which is when its reports matter most (SPEC §12). It never signals a
-//! process and never touches the database.
+//! which is when its reports matter most (SPEC §12). It never touches the
+//! database; it signals processes only to carry out the kill orders it lists
+//! after each scan ([`crate::orders`]).
 
 use crate::execpath::ExecPaths;
 use crate::host::{pick, HostIdentity, Pick};
 use crate::metrics::Metrics;
+use crate::orders::Orders;
 use crate::proc::{ProcFs, ProcSource};
 use crate::publish::Publisher;
 use crate::scan::{Scan, Scanner};
@@ -49,6 +51,7 @@ pub(crate) struct Shared {
     pub(crate) metrics: Metrics,
     publisher: Arc<dyn Publisher>,
     status: Mutex<Status>,
+    orders: Arc<Orders>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -186,8 +189,18 @@ impl Agent {
             .clone()
             .unwrap_or_else(|| settings.exec_base.join("exec").join("process"));
         let scanner = Scanner::new(source, ExecPaths::with_folder(folder, settings.line));
+        let metrics = Metrics::new();
+        let orders = Arc::new(Orders::new(
+            crate::kill::KillRules {
+                allow: settings.allow_kill,
+                grace: settings.kill_grace,
+            },
+            settings.proc_root.clone(),
+            metrics.clone(),
+        ));
         let shared = Arc::new(Shared {
-            metrics: Metrics::new(),
+            metrics,
+            orders,
             publisher: publisher.clone(),
             status: Mutex::new(Status {
                 worker: settings.worker.clone(),
@@ -199,9 +212,11 @@ impl Agent {
             exec_base = %settings.exec_base.display(),
             worker = settings.worker.as_deref().unwrap_or("auto"),
             scan_interval = ?settings.scan_interval,
+            allow_kill = settings.allow_kill,
             listen = ?listener.local_addr().ok(),
             "starting the ds-reaper agent"
         );
+        shared.orders.log_start();
         let http_cancel = cancel.clone();
         let app = crate::http::router(shared.clone());
         let server = tokio::spawn(async move {
@@ -285,9 +300,12 @@ async fn scan_loop(
             return Err(AgentError::Internal("the scanner is gone".into()));
         };
         let worker = identity(settings, shared).await;
+        let mut kill_orders = Vec::new();
         if let Some(w) = &worker {
             follow_worker(settings, shared, w).await;
+            kill_orders = list_orders(shared, w).await;
         }
+        let worker_pid = lock(&shared.status).worker_pid;
         {
             let st = lock(&shared.status);
             s.set_worker_pid(st.worker_pid);
@@ -297,8 +315,13 @@ async fn scan_loop(
                 }
             }
         }
+        let (orders, rt) = (shared.orders.clone(), tokio::runtime::Handle::current());
         let (s, scan) = tokio::task::spawn_blocking(move || {
             let scan = s.scan();
+            if !kill_orders.is_empty() {
+                // checked against this scan, at once
+                orders.carry_out(kill_orders, &scan, worker_pid, &rt);
+            }
             (s, scan)
         })
         .await
@@ -315,7 +338,7 @@ async fn scan_loop(
             scan_ms: scan.duration.as_millis().try_into().unwrap_or(u64::MAX),
             exec_base: exec_base.clone(),
             unreadable: scan.unreadable,
-            orders: Vec::new(),
+            orders: shared.orders.outcomes(),
             blind: scan.blind.clone(),
             tasks: scan.tasks.clone(),
         };
@@ -363,6 +386,21 @@ fn observe(shared: &Shared, scan: &Scan) {
                 tracing::warn!(why = %why, "the agent is blind: its reports prove nothing")
             }
             None => tracing::info!("the agent sees the process folder and the worker's JVM again"),
+        }
+    }
+}
+
+/// The new kill orders in the worker's order folder; none when it cannot be
+/// read now (the last listing stands: outcomes are still answered).
+async fn list_orders(shared: &Shared, worker: &str) -> Vec<reaper_core::order::KillOrder> {
+    if !shared.publisher.connected() {
+        return Vec::new();
+    }
+    match shared.publisher.orders(worker).await {
+        Ok(nodes) => shared.orders.listed(&nodes),
+        Err(e) => {
+            tracing::debug!(error = %e, worker, "cannot list the kill orders; trying again after the next scan");
+            Vec::new()
         }
     }
 }

@@ -9,6 +9,7 @@
 //! is replaced, as DS's `persistEphemeral` replaces a server's.
 
 use crate::host::RegisteredWorker;
+use crate::orders::OrderNode;
 use crate::publish::{PublishError, Publisher};
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -306,6 +307,36 @@ impl ZkPublisher {
         Ok(out)
     }
 
+    /// The nodes under `<root>/ds-reaper/orders/<worker>`; none while the
+    /// folder does not exist. A node deleted between the listing and its
+    /// read is left out.
+    async fn list_orders(&self, worker: &str) -> Result<Vec<OrderNode>, PublishError> {
+        if worker.is_empty() || worker.contains('/') {
+            return Ok(Vec::new());
+        }
+        let client = self.client()?;
+        let dir = format!(
+            "{}/{}/{worker}",
+            self.shared.root,
+            reaper_core::order::ORDERS_DIR
+        );
+        let fail = |e: zk::Error| PublishError::new(format!("listing the orders {dir}: {e}"));
+        let names = match self.call(client.list_children(&dir)).await {
+            Ok(n) => n,
+            Err(zk::Error::NoNode) => return Ok(Vec::new()),
+            Err(e) => return Err(fail(e)),
+        };
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            match self.call(client.get_data(&format!("{dir}/{name}"))).await {
+                Ok((data, _)) => out.push(OrderNode { name, data }),
+                Err(zk::Error::NoNode) => {}
+                Err(e) => return Err(fail(e)),
+            }
+        }
+        Ok(out)
+    }
+
     /// The one worker node `name`: `/workers/<name>` (1.2), the flat
     /// `/nodes/worker/<name>`, or under any group `/nodes/worker/<g>/<name>`.
     async fn one_worker(&self, name: &str) -> Result<Option<RegisteredWorker>, PublishError> {
@@ -384,6 +415,13 @@ impl Publisher for ZkPublisher {
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<RegisteredWorker>, PublishError>> {
         self.one_worker(name).boxed()
+    }
+
+    fn orders<'a>(
+        &'a self,
+        worker: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<OrderNode>, PublishError>> {
+        self.list_orders(worker).boxed()
     }
 
     fn connected(&self) -> bool {

@@ -39,6 +39,7 @@
 //! - `port`: the engine's ports.
 //! - `orders`: kill orders for ghost processes (SPEC §15), plain keys (no lease).
 
+mod agent_orders;
 mod keys;
 mod leader;
 mod lease;
@@ -54,6 +55,7 @@ use reaper_core::{DsLine, Zone};
 use std::future::Future;
 use std::time::Duration;
 
+pub use agent_orders::EtcdOrderReader;
 pub use leader::EtcdLeader;
 pub use publisher::EtcdAgentPublisher;
 pub use reaper_core::registry::Detected;

@@ -393,6 +393,8 @@ pub fn agent_settings(s: &Settings) -> anyhow::Result<reaper_agent::AgentSetting
     a.scan_interval = s.agent.scan_interval;
     a.path = s.agent.path.clone();
     a.listen = s.agent.listen;
+    a.allow_kill = s.agent.allow_kill;
+    a.kill_grace = s.agent.kill_grace;
     a.line = match s.dolphinscheduler.version {
         VersionSetting::Line(l) => Some(l),
         VersionSetting::Auto => None,

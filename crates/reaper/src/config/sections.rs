@@ -457,6 +457,33 @@ pub struct Agent {
     pub path: String,
     #[serde(deserialize_with = "values::socket_addr")]
     pub listen: SocketAddr,
+    /// Carry out the leading daemon's kill orders (SPEC §15); needs CAP_KILL.
+    pub allow_kill: bool,
+    /// SIGTERM to SIGKILL.
+    #[serde(with = "kill_grace")]
+    pub kill_grace: Duration,
+}
+
+/// `agent.kill_grace`: at least 1s, at most what the agent allows (an order is
+/// answered within the grace and a few seconds more).
+mod kill_grace {
+    use super::values;
+    use serde::{de, Deserializer};
+    use std::time::Duration;
+
+    pub use values::duration::serialize;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let v = values::period::deserialize(d)?;
+        if v > reaper_agent::MAX_KILL_GRACE {
+            return Err(de::Error::custom(format!(
+                "{} is too long; the most is {}",
+                humantime::format_duration(v),
+                humantime::format_duration(reaper_agent::MAX_KILL_GRACE)
+            )));
+        }
+        Ok(v)
+    }
 }
 
 impl Default for Agent {
@@ -468,6 +495,8 @@ impl Default for Agent {
             scan_interval: secs(10),
             path: "ds-reaper/agents".into(),
             listen: addr("127.0.0.1:9478"),
+            allow_kill: false,
+            kill_grace: reaper_agent::DEFAULT_KILL_GRACE,
         }
     }
 }

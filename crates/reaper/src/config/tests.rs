@@ -341,6 +341,30 @@ listen = "nowhere"
 }
 
 #[test]
+fn agent_kill_keys_default_off_and_are_validated() {
+    let d = Settings::default();
+    assert!(!d.agent.allow_kill, "kills are off unless asked for");
+    assert_eq!(d.agent.kill_grace, Duration::from_secs(10));
+    let s = load_text("[agent]\nallow_kill = true\nkill_grace = \"30s\"\n").unwrap();
+    assert!(s.agent.allow_kill);
+    assert_eq!(s.agent.kill_grace, Duration::from_secs(30));
+    // and so `ds-reaper agent` runs
+    let a = crate::app::agent_settings(&s).unwrap();
+    assert!(a.allow_kill);
+    assert_eq!(a.kill_grace, Duration::from_secs(30));
+    assert!(!crate::app::agent_settings(&d).unwrap().allow_kill);
+    let e = load_text("[agent]\nallow_kill = \"maybe\"\nkill_grace = \"0s\"\n").unwrap_err();
+    let all = e.to_string();
+    assert!(all.contains("agent.allow_kill: invalid type"), "{all}");
+    assert!(all.contains("agent.kill_grace: 0s is too short"), "{all}");
+    let e = load_text("[agent]\nkill_grace = \"1h\"\n").unwrap_err();
+    assert!(
+        e.to_string().contains("agent.kill_grace: 1h is too long"),
+        "{e}"
+    );
+}
+
+#[test]
 fn rule_actions_must_suit_their_reason() {
     let e = load_text(
         r#"

@@ -1,0 +1,452 @@
+//! Carrying out one kill order of the leading daemon (SPEC §15).
+//!
+//! The agent never kills on its own account. An order names the task and each
+//! of its processes by pid and start time, as the daemon saw them in a report;
+//! by the time it arrives any of them may have exited and its pid may belong
+//! to someone else. So, at that moment and against a scan made just before:
+//! every ordered pid that still exists must have the recorded start time,
+//! still belong to the task by the scan's rules (command file, descent,
+//! working directory), have no controlling terminal and not be the worker's
+//! JVM — one that fails refuses the whole order and nothing is signalled.
+//!
+//! What is signalled is the ordered processes and their descendants among the
+//! task's processes, children before parents — never a process outside that
+//! tree, never one with a terminal, and never a root-owned `sudo` (DS 3.2+
+//! runs the command file as `sudo -u <tenant> -i`): it ends by itself when
+//! its child does. Each process is held by a pidfd opened before its start
+//! time is checked the last time, so neither SIGTERM nor, after
+//! `agent.kill_grace`, SIGKILL can reach a process that took a freed pid.
+//! Then `/proc` says what is gone.
+
+use crate::proc::{ProcFs, ProcSource, ProcStat};
+use crate::scan::Scan;
+use reaper_core::agent::AgentProcess;
+use reaper_core::order::{KillOrder, OrderOutcome, OrderResult};
+use rustix::io::Errno;
+use rustix::process::{pidfd_open, pidfd_send_signal, PidfdFlags, Signal};
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::os::fd::OwnedFd;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// How far a start time may differ from the recorded one and still be the
+/// same process. The agent turns start ticks into epoch ms through the boot
+/// time of `/proc/stat`, which the kernel derives from the wall clock and
+/// which moves by a second when the clock is adjusted; a pid reused by
+/// another process starts long after the one the daemon judged (at least
+/// `reconcile.ghost_after` later).
+pub const START_TOLERANCE_MS: i64 = 2_000;
+
+/// How often `/proc` is read while waiting for processes to end.
+const POLL: Duration = Duration::from_millis(50);
+/// How long processes get to disappear after SIGKILL (a process in
+/// uninterruptible sleep ends only when its I/O does).
+const KILL_SETTLE: Duration = Duration::from_secs(5);
+/// Longest parent chain followed.
+const MAX_DEPTH: usize = 512;
+
+/// `agent.allow_kill` and `agent.kill_grace`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KillRules {
+    pub allow: bool,
+    pub grace: Duration,
+}
+
+/// The first step of an order: answered at once, or signals sent.
+#[derive(Debug)]
+pub enum Begun {
+    Done(OrderOutcome),
+    Signalled(Pending),
+}
+
+/// An order whose processes got SIGTERM; [`Pending::finish`] ends it.
+#[derive(Debug)]
+pub struct Pending {
+    order_id: String,
+    task_id: i64,
+    targets: Vec<Target>,
+    /// Signals that failed (EPERM: the agent lacks `CAP_KILL`).
+    errors: Vec<String>,
+    /// The pids that got SIGTERM.
+    termed: Vec<i32>,
+}
+
+/// One process of the tree, held for its signals.
+#[derive(Debug)]
+struct Target {
+    pid: i32,
+    ticks: u64,
+    /// None: not signalled (a root-owned `sudo`), only waited for.
+    handle: Option<Handle>,
+}
+
+#[derive(Debug)]
+enum Handle {
+    /// The process itself, whatever becomes of its pid.
+    Fd(OwnedFd),
+    /// A kernel without pidfds (before 5.3): the pid, checked against the
+    /// start time right before each signal.
+    Pid,
+}
+
+fn outcome(order_id: &str, result: OrderResult, detail: impl Into<String>) -> OrderOutcome {
+    OrderOutcome {
+        order_id: order_id.to_string(),
+        result,
+        detail: detail.into(),
+    }
+}
+
+/// How a process looks now.
+enum Now {
+    Alive(ProcStat),
+    Gone,
+    Unreadable(io::Error),
+}
+
+fn now(proc: &mut ProcFs, pid: i32) -> Now {
+    match proc.stat(pid) {
+        Ok(s) if s.ended() => Now::Gone,
+        Ok(s) => Now::Alive(s),
+        Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(3) => Now::Gone,
+        Err(e) => Now::Unreadable(e),
+    }
+}
+
+/// Whether the process `pid` started at `ticks` still lives (a zombie has
+/// ended); an unreadable one counts as alive.
+fn alive(proc: &mut ProcFs, pid: i32, ticks: u64) -> bool {
+    match now(proc, pid) {
+        Now::Alive(s) => s.start_ticks == ticks,
+        Now::Gone => false,
+        Now::Unreadable(_) => true,
+    }
+}
+
+/// A process owned by root whose command is `sudo`: DS's `sudo -u <tenant>
+/// -i <command file>`, which the agent does not signal (its child's end
+/// ends it). Unreadable: not sudo, so it is signalled as any other.
+fn root_sudo(root: &Path, pid: i32) -> bool {
+    let dir = root.join(pid.to_string());
+    let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+    if comm.trim_end() != "sudo" {
+        return false;
+    }
+    // sudo is set-uid root: its effective uid is root whatever the caller's
+    std::fs::read_to_string(dir.join("status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .map(|u| u.split_whitespace().take(2).any(|id| id == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// Checks the order against `scan` (made just before, by the agent's scanner)
+/// and the processes as they are now, then sends SIGTERM to the tree.
+/// `worker_pid` is the worker JVM's pid from its heartbeat.
+pub fn begin(
+    order: &KillOrder,
+    scan: &Scan,
+    worker_pid: Option<i64>,
+    rules: KillRules,
+    proc: &mut ProcFs,
+) -> Begun {
+    let id = order.order_id.as_str();
+    let refuse = |why: String| Begun::Done(outcome(id, OrderResult::Refused, why));
+    if !rules.allow {
+        return refuse("agent.allow_kill is false: this agent kills nothing".into());
+    }
+    let boot = match proc.boot_time() {
+        Ok(b) => b,
+        Err(e) => return refuse(format!("cannot read the boot time: {e}")),
+    };
+    let hz = proc.clock_ticks().max(1);
+    let ms = |ticks: u64| {
+        boot.saturating_mul(1000)
+            .saturating_add((ticks.saturating_mul(1000) / hz) as i64)
+    };
+    let members: HashMap<i32, &AgentProcess> = scan
+        .tasks
+        .iter()
+        .filter(|t| t.task_id == order.task_id)
+        .flat_map(|t| t.processes.iter())
+        .map(|p| (p.pid, p))
+        .collect();
+    let same = |a: i64, b: i64| (a - b).abs() <= START_TOLERANCE_MS;
+
+    // every ordered pid that still exists passes, or nothing is signalled
+    let mut roots: BTreeMap<i32, ProcStat> = BTreeMap::new();
+    for p in &order.pids {
+        if worker_pid == Some(i64::from(p.pid)) {
+            return refuse(format!("pid {} is the worker's JVM", p.pid));
+        }
+        let stat = match now(proc, p.pid) {
+            Now::Gone => continue,
+            Now::Unreadable(e) => return refuse(format!("cannot read pid {}: {e}", p.pid)),
+            Now::Alive(s) => s,
+        };
+        let started = ms(stat.start_ticks);
+        if !same(started, p.start_time) {
+            return refuse(format!(
+                "pid {} started at {started}, the order's at {}: another process has the pid now",
+                p.pid, p.start_time
+            ));
+        }
+        if stat.tty() {
+            return refuse(format!("pid {} has a controlling terminal", p.pid));
+        }
+        match members.get(&p.pid) {
+            Some(m) if same(m.started_at, started) => {}
+            _ => {
+                return refuse(format!(
+                    "pid {} does not belong to task {} any more",
+                    p.pid, order.task_id
+                ))
+            }
+        }
+        roots.insert(p.pid, stat);
+    }
+
+    // the task's processes as they are now: the ordered ones and those of
+    // the scan that are still the same processes
+    let mut task: HashMap<i32, ProcStat> = roots.iter().map(|(p, s)| (*p, *s)).collect();
+    for (pid, m) in &members {
+        if task.contains_key(pid) || worker_pid == Some(i64::from(*pid)) {
+            continue;
+        }
+        if let Now::Alive(s) = now(proc, *pid) {
+            if same(ms(s.start_ticks), m.started_at) && !s.tty() {
+                task.insert(*pid, s);
+            }
+        }
+    }
+    // the tree: each process whose chain of parents within the task reaches
+    // an ordered one (parents start no later than their children); its depth
+    // counts every parent within the task, so that children go first even
+    // when parent and child are both ordered
+    let mut tree: Vec<(usize, i32, ProcStat)> = Vec::new();
+    for (&pid, &s) in &task {
+        let mut depth = 0;
+        let mut cur = (pid, s);
+        let mut reaches = false;
+        loop {
+            reaches |= roots.contains_key(&cur.0);
+            let Some(parent) = task
+                .get(&cur.1.ppid)
+                .filter(|p| cur.1.ppid != cur.0 && p.start_ticks <= cur.1.start_ticks)
+            else {
+                break;
+            };
+            depth += 1;
+            if depth > MAX_DEPTH {
+                // a loop in a racy read: no order to trust
+                reaches &= roots.contains_key(&pid);
+                break;
+            }
+            cur = (cur.1.ppid, *parent);
+        }
+        if reaches {
+            tree.push((depth, pid, s));
+        }
+    }
+    if tree.is_empty() {
+        return Begun::Done(outcome(
+            id,
+            OrderResult::Gone,
+            format!(
+                "none of the {} ordered process(es) of task {} was left",
+                order.pids.len(),
+                order.task_id
+            ),
+        ));
+    }
+    // children before parents
+    tree.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
+    let mut pending = Pending {
+        order_id: order.order_id.clone(),
+        task_id: order.task_id,
+        targets: Vec::new(),
+        errors: Vec::new(),
+        termed: Vec::new(),
+    };
+    for (_, pid, s) in tree {
+        let sudo = root_sudo(proc.root(), pid);
+        let handle = if sudo {
+            None
+        } else {
+            match hold(proc, pid, s.start_ticks) {
+                Ok(Some(h)) => Some(h),
+                // exited (or its pid changed hands) since
+                Ok(None) => continue,
+                Err(e) => {
+                    pending.errors.push(format!("pid {pid}: {e}"));
+                    None
+                }
+            }
+        };
+        pending.targets.push(Target {
+            pid,
+            ticks: s.start_ticks,
+            handle,
+        });
+    }
+    let mut termed = Vec::new();
+    for t in &pending.targets {
+        match signal(proc, t, Signal::TERM) {
+            Ok(true) => termed.push(t.pid),
+            Ok(false) => {}
+            Err(e) => pending
+                .errors
+                .push(format!("SIGTERM to pid {}: {e}", t.pid)),
+        }
+    }
+    tracing::warn!(
+        order_id = %order.order_id,
+        task_id = order.task_id,
+        pids = ?termed,
+        "kill order: SIGTERM sent to the task's process tree"
+    );
+    pending.termed = termed;
+    Begun::Signalled(pending)
+}
+
+/// Opens a handle on `pid` and checks, after opening it, that it is the
+/// process started at `ticks`; None when it is not (any more).
+fn hold(proc: &mut ProcFs, pid: i32, ticks: u64) -> io::Result<Option<Handle>> {
+    let Some(raw) = rustix::process::Pid::from_raw(pid) else {
+        return Ok(None);
+    };
+    let handle = match pidfd_open(raw, PidfdFlags::empty()) {
+        Ok(fd) => Handle::Fd(fd),
+        Err(Errno::SRCH) => return Ok(None),
+        // no pidfds here (an old kernel, or a seccomp filter that forbids them)
+        Err(Errno::NOSYS) | Err(Errno::PERM) => Handle::Pid,
+        Err(e) => return Err(e.into()),
+    };
+    Ok(alive(proc, pid, ticks).then_some(handle))
+}
+
+/// Sends `sig` to one target; Ok(false) when it had gone already (or is a
+/// `sudo` that is never signalled).
+fn signal(proc: &mut ProcFs, t: &Target, sig: Signal) -> io::Result<bool> {
+    let r = match &t.handle {
+        None => return Ok(false),
+        Some(Handle::Fd(fd)) => pidfd_send_signal(fd, sig),
+        Some(Handle::Pid) => {
+            if !alive(proc, t.pid, t.ticks) {
+                return Ok(false);
+            }
+            match rustix::process::Pid::from_raw(t.pid) {
+                Some(p) => rustix::process::kill_process(p, sig),
+                None => return Ok(false),
+            }
+        }
+    };
+    match r {
+        Ok(()) => Ok(true),
+        Err(Errno::SRCH) => Ok(false),
+        Err(Errno::PERM) => Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "not permitted (the agent needs CAP_KILL to signal another user's process)",
+        )),
+        Err(e) => Err(e.into()),
+    }
+}
+
+impl Pending {
+    pub fn order_id(&self) -> &str {
+        &self.order_id
+    }
+
+    /// Waits up to `grace` for the tree to end, sends SIGKILL to what is
+    /// left, and reads `/proc` to see what is gone. Blocks (up to `grace`
+    /// and a few seconds more).
+    pub fn finish(mut self, grace: Duration, proc: &mut ProcFs) -> OrderOutcome {
+        let total = self.targets.len();
+        let left = |proc: &mut ProcFs, targets: &[Target]| -> Vec<i32> {
+            targets
+                .iter()
+                .filter(|t| alive(proc, t.pid, t.ticks))
+                .map(|t| t.pid)
+                .collect()
+        };
+        wait(proc, &self.targets, grace);
+        let mut killed = Vec::new();
+        let survivors: Vec<i32> = left(proc, &self.targets);
+        for t in self.targets.iter().filter(|t| survivors.contains(&t.pid)) {
+            match signal(proc, t, Signal::KILL) {
+                Ok(true) => killed.push(t.pid),
+                Ok(false) => {}
+                Err(e) => self.errors.push(format!("SIGKILL to pid {}: {e}", t.pid)),
+            }
+        }
+        if !survivors.is_empty() {
+            wait(proc, &self.targets, KILL_SETTLE);
+        }
+        let still = left(proc, &self.targets);
+        let mut detail = format!(
+            "task {}: {} process(es) in the tree; SIGTERM to pid(s) {:?}",
+            self.task_id, total, self.termed
+        );
+        let sudo: Vec<i32> = self
+            .targets
+            .iter()
+            .filter(|t| t.handle.is_none())
+            .map(|t| t.pid)
+            .collect();
+        if !sudo.is_empty() {
+            detail.push_str(&format!(
+                "; not signalled (root-owned sudo, or no handle): pid(s) {sudo:?}"
+            ));
+        }
+        if !killed.is_empty() {
+            detail.push_str(&format!("; SIGKILL after {grace:?} to pid(s) {killed:?}"));
+        }
+        for e in &self.errors {
+            detail.push_str("; ");
+            detail.push_str(e);
+        }
+        let result = if still.is_empty() {
+            OrderResult::Killed
+        } else {
+            detail.push_str(&format!("; still alive: pid(s) {still:?}"));
+            OrderResult::Partial
+        };
+        tracing::warn!(
+            order_id = %self.order_id,
+            task_id = self.task_id,
+            result = result.as_str(),
+            detail = %detail,
+            "kill order carried out"
+        );
+        outcome(&self.order_id, result, detail)
+    }
+}
+
+/// Polls until no target lives or `limit` has passed.
+fn wait(proc: &mut ProcFs, targets: &[Target], limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        if !targets.iter().any(|t| alive(proc, t.pid, t.ticks)) || Instant::now() >= deadline {
+            return;
+        }
+        std::thread::sleep(POLL.min(deadline.saturating_duration_since(Instant::now())));
+    }
+}
+
+/// The whole order, blocking: [`begin`], then [`Pending::finish`].
+pub fn carry_out(
+    order: &KillOrder,
+    scan: &Scan,
+    worker_pid: Option<i64>,
+    rules: KillRules,
+    proc: &mut ProcFs,
+) -> OrderOutcome {
+    match begin(order, scan, worker_pid, rules, proc) {
+        Begun::Done(o) => o,
+        Begun::Signalled(p) => p.finish(rules.grace, proc),
+    }
+}
