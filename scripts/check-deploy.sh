@@ -93,7 +93,8 @@ else
   fi
   for alert in DsReaperZombiesPresent DsReaperActionsFailing DsReaperBrakeEngaged DsReaperDown \
                DsReaperRegistryViewInvalid DsReaperSweepsStale DsReaperWorkflowStalled \
-               DsReaperWorkflowMasterLost DsReaperAgentStale DsReaperProcessGone; do
+               DsReaperWorkflowMasterLost DsReaperAgentStale DsReaperProcessGone \
+               DsReaperGhostProcess; do
     if ! grep -q "alert: $alert\$" deploy/prometheus/alerts.yml; then
       fail "alerts.yml lacks the required alert $alert"
     fi

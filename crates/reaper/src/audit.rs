@@ -51,13 +51,15 @@ impl AuditEvent {
 pub enum RecordKind {
     Task,
     Workflow,
+    /// A ghost process and its kill order (SPEC §15).
+    Process,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Record {
     pub ts: Instant,
     pub event: AuditEvent,
-    /// task | workflow; None for records about the daemon (brake).
+    /// task | workflow | process; None for records about the daemon (brake).
     #[serde(default)]
     pub kind: Option<RecordKind>,
     pub task_id: Option<i64>,

@@ -23,6 +23,7 @@ pub fn router(engine: SharedEngine) -> Router {
         .route("/api/v1/workers", get(workers))
         .route("/api/v1/zombies", get(zombies))
         .route("/api/v1/workflows", get(workflows))
+        .route("/api/v1/ghosts", get(ghosts))
         .route("/api/v1/audit", get(audit))
         .route("/api/v1/sweep", post(sweep))
         .route("/api/v1/tasks/{id}/reap", post(reap))
@@ -140,6 +141,15 @@ fn workflow_views(e: &SharedEngine) -> Vec<WorkflowView> {
 
 async fn workflows(State(e): State<SharedEngine>) -> Response {
     Json(json!({ "workflows": workflow_views(&e) })).into_response()
+}
+
+fn ghost_views(e: &SharedEngine) -> Vec<crate::views::GhostView> {
+    let ghosts = e.status_read().ghosts.clone();
+    ghosts.iter().map(crate::views::GhostView::new).collect()
+}
+
+async fn ghosts(State(e): State<SharedEngine>) -> Response {
+    Json(json!({ "ghosts": ghost_views(&e) })).into_response()
 }
 
 #[derive(Deserialize)]
@@ -276,6 +286,7 @@ async fn index(State(e): State<SharedEngine>, headers: HeaderMap) -> Html<String
         zombies_total: total,
         zombie_reasons,
         workflows: workflow_views(&e),
+        ghosts: ghost_views(&e),
         recent,
         history,
         now: e.now(),

@@ -31,6 +31,9 @@ pub struct Metrics {
     pub agents: IntGaugeVec,
     pub workflow_zombies: IntGaugeVec,
     pub workflow_actions_total: IntCounterVec,
+    /// SPEC §15.
+    pub ghosts: IntGauge,
+    pub ghost_actions_total: IntCounterVec,
 }
 
 fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, m: T) -> T {
@@ -172,6 +175,18 @@ impl Metrics {
                 )
                 .expect("static metric definition"),
             ),
+            ghosts: reg(
+                &r,
+                gauge("ghosts", "Ghost processes found by the last sweep"),
+            ),
+            ghost_actions_total: reg(
+                &r,
+                IntCounterVec::new(
+                    Opts::new("ghost_actions_total", "Kill orders' outcomes"),
+                    &["result"],
+                )
+                .expect("static metric definition"),
+            ),
             registry: r,
         };
         // Pre-create the label sets so dashboards and alerts see zeros, not gaps.
@@ -201,6 +216,9 @@ impl Metrics {
         }
         for state in ["fresh", "stale"] {
             m.agents.with_label_values(&[state]).set(0);
+        }
+        for result in ["killed", "gone", "refused", "partial", "error"] {
+            m.ghost_actions_total.with_label_values(&[result]);
         }
         m.set_build_info("unknown");
         m
@@ -269,6 +287,8 @@ mod tests {
             "ds_reaper_workflow_zombies{reason=\"workflow_stalled\"} 0",
             "ds_reaper_workflow_actions_total{action=\"recover\",result=\"ok\"} 0",
             "ds_reaper_zombies{reason=\"process_gone\"} 0",
+            "ds_reaper_ghosts 0",
+            "ds_reaper_ghost_actions_total{result=\"refused\"} 0",
         ] {
             assert!(text.contains(name), "{name} missing:\n{text}");
         }

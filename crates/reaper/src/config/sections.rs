@@ -275,6 +275,9 @@ pub struct Reconcile {
     pub workflow_grace_period: Duration,
     #[serde(with = "values::duration")]
     pub workflow_stall_after: Duration,
+    /// SPEC §15: how long a listed task's row must say it is over.
+    #[serde(with = "values::duration")]
+    pub ghost_after: Duration,
 }
 
 impl Default for Reconcile {
@@ -297,6 +300,7 @@ impl Default for Reconcile {
             workflow_states: None,
             workflow_grace_period: secs(900),
             workflow_stall_after: secs(1800),
+            ghost_after: secs(120),
         }
     }
 }
@@ -356,6 +360,8 @@ pub struct PolicySection {
     pub workflow: FollowUp,
     pub workflow_master_lost: WorkflowAction,
     pub workflow_stalled: StalledAction,
+    /// SPEC §15: report | kill.
+    pub ghost_process: reaper_core::ghost::GhostAction,
     pub rules: Vec<RuleEntry>,
 }
 
@@ -371,6 +377,7 @@ impl Default for PolicySection {
             workflow: FollowUp::None,
             workflow_master_lost: WorkflowAction::Report,
             workflow_stalled: StalledAction::Report,
+            ghost_process: reaper_core::ghost::GhostAction::Report,
             rules: Vec::new(),
         }
     }
