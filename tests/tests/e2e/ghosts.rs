@@ -246,3 +246,139 @@ async fn ghosts_are_the_over_rows_own_processes_after_ghost_after() -> anyhow::R
     drop((procs, late_proc));
     cleanup(db, &root).await
 }
+
+/// Pids whose working directory is `dir` or below (a zombie has none).
+fn pids_in(dir: &std::path::Path) -> BTreeSet<i32> {
+    let mut out = BTreeSet::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if std::fs::read_link(e.path().join("cwd")).is_ok_and(|c| c.starts_with(dir)) {
+            out.insert(pid);
+        }
+    }
+    out
+}
+
+/// With `[policy] ghost_process = "kill"` and an agent allowed to kill: the
+/// leader orders the kill (intent first), the agent ends the whole tree — a
+/// child that ignores SIGTERM by SIGKILL — and answers; the daemon audits
+/// `done`, counts it and removes the order node. A running task's process
+/// beside it is never signalled; DS's rows are never written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_order_ends_the_ghosts_whole_tree() -> anyhow::Result<()> {
+    if !services_up().await {
+        return Ok(());
+    }
+    let db = sim_db(SimKind::MySql, "3.2.2").await?;
+    let line = db.line;
+    let root = unique_root();
+    let (_m, _workers) =
+        master_and_three_workers(&zk_connect(), &root, line, "10.0.0.1:5678", long_ago()).await?;
+    let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
+    let ghost = db.insert_task(&TaskSpec::new(wf, 1, Some(WORKER))).await?;
+    let alive = db.insert_task(&TaskSpec::new(wf, 1, Some(WORKER))).await?;
+    let exec = ExecBase::new()?;
+    let dir = exec.execute_path(line, wf, ghost)?;
+    // a task whose child ignores SIGTERM (and so does that child's own sleep)
+    let mut tree = TaskProcess::spawn(
+        &dir,
+        "sh",
+        &["-c", "(trap '' TERM; sleep 86400; :) & sleep 86400; :"],
+    )?;
+    let mut p_alive = exec.start(line, wf, alive)?;
+    let mut agent = AgentProcess::start(
+        &root,
+        WORKER,
+        exec.path(),
+        "allow_kill = true\nkill_grace = \"1s\"\n",
+    )
+    .await?;
+    let mut d = Daemon::start_with_env(
+        db.url(),
+        &root,
+        "[policy]\nghost_process = \"kill\"\n",
+        &[
+            ("DS_REAPER__RECONCILE__GHOST_AFTER", "3s"),
+            ("DS_REAPER__RECONCILE__AGENT_STALE_AFTER", "10s"),
+        ],
+    )
+    .await?;
+    d.wait_ready().await?;
+    wait_until(
+        "the tree has started and the agent lists both tasks",
+        || async {
+            let w = d.json("/api/v1/workers").await?;
+            Ok(pids_in(&dir).len() >= 4
+                && w["workers"].as_array().into_iter().flatten().any(|x| {
+                    x["host"] == WORKER && x["agent"]["fresh"] == true && x["agent"]["tasks"] == 2
+                }))
+        },
+    )
+    .await?;
+    let before = pids_in(&dir);
+    db.exec(&format!(
+        "UPDATE t_ds_task_instance SET state = 7, end_time = '{}' WHERE id = {ghost}",
+        sql_now()
+    ))
+    .await?;
+
+    wait_until("the ghost's whole tree is gone", || async {
+        Ok(pids_in(&dir).is_empty())
+    })
+    .await?;
+    assert!(!tree.is_running(), "the tree's root is gone too");
+    wait_until("the agent's answer is audited", || async {
+        Ok(d.audit()
+            .iter()
+            .any(|r| r["event"] == "done" && r["kind"] == "process" && r["task_id"] == ghost))
+    })
+    .await?;
+    let records: Vec<serde_json::Value> = d
+        .audit()
+        .into_iter()
+        .filter(|r| r["kind"] == "process" && r["task_id"] == ghost)
+        .collect();
+    let events: Vec<&str> = records.iter().filter_map(|r| r["event"].as_str()).collect();
+    assert_eq!(events, ["detected", "intent", "done"], "{records:#?}");
+    assert!(
+        records[2]["detail"].as_str().unwrap().starts_with("killed"),
+        "{:#}",
+        records[2]
+    );
+    let pids = records[1]["evidence"]["pids"].clone();
+    assert!(
+        pids.as_array()
+            .unwrap()
+            .iter()
+            .all(|p| before.contains(&(p.as_i64().unwrap() as i32))),
+        "ordered only processes of the tree: {pids} of {before:?}"
+    );
+    d.wait_metric("ds_reaper_ghost_actions_total{result=\"killed\"}", |v| {
+        v == 1.0
+    })
+    .await?;
+    let client = zookeeper_client::Client::connect(&zk_connect()).await?;
+    let node = format!("{root}/ds-reaper/orders/{WORKER}/{ghost}");
+    wait_until("the order node is removed", || async {
+        Ok(client.check_stat(&node).await?.is_none())
+    })
+    .await?;
+    d.wait_sweeps(3).await?;
+    assert!(ghost_ids(&d.json("/api/v1/ghosts").await?).is_empty());
+    assert!(
+        p_alive.is_running(),
+        "the running task's process is never signalled"
+    );
+    assert_eq!(db.task_state(alive).await?.state, 1);
+    assert_eq!(
+        db.task_state(ghost).await?.state,
+        7,
+        "DS's row left as DS wrote it"
+    );
+    assert_eq!(d.terminate().await?, Some(0));
+    agent.child.start_kill()?;
+    let _ = agent.child.wait().await;
+    cleanup(db, &root).await
+}

@@ -387,3 +387,28 @@ async fn the_order_goes_to_the_folder_the_agent_reads() {
     assert_eq!(r.process_events(AuditEvent::Done).len(), 1);
     assert!(r.reg.order_nodes().is_empty());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_row_running_on_another_worker_is_a_ghost_here_with_its_whole_row() {
+    let mut r = rig(|_| {});
+    let mut moved = task(1);
+    moved.host = Some("w2:1234".into());
+    moved.worker_group = Some("etl".into());
+    r.store.insert(moved);
+    r.run(&[1], 90).await;
+    let g = r.ghosts();
+    assert_eq!(g.len(), 1);
+    assert_eq!(g[0].evidence.over, reaper_core::ghost::Over::OtherHost);
+    assert_eq!(g[0].row_host.as_deref(), Some("w2:1234"));
+    // taken from the sweep's candidates in full: rules and views need it
+    assert_eq!(g[0].task_type.as_deref(), Some("SHELL"));
+    assert_eq!(g[0].worker_group.as_deref(), Some("etl"));
+    assert!(
+        !r.store
+            .calls()
+            .iter()
+            .any(|c| matches!(c, StoreCall::GhostRead(_))),
+        "a candidate is not read again"
+    );
+    r.no_db_write();
+}

@@ -54,12 +54,11 @@ impl Engine {
         candidates: &[reaper_core::Candidate],
     ) -> Option<Listed> {
         let view = self.registry.view();
-        let ids: Vec<i64> =
-            ghost::listed_ids(&view, self.now(), self.settings.reconcile.agent_stale_after)
-                .into_iter()
-                .collect();
+        let stale_after = self.settings.reconcile.agent_stale_after;
+        let ids: Vec<i64> = ghost::listed_ids(&view, self.now(), stale_after)
+            .into_iter()
+            .collect();
         let no_agents = view.agents.is_empty();
-        drop(view);
         // Without agents there are neither ghosts nor answers: no registry
         // call at all for clusters that run none.
         let orders = match no_agents {
@@ -74,28 +73,46 @@ impl Engine {
             }
         };
         if ids.is_empty() {
+            drop(view);
             return Some(Listed {
                 read: BTreeSet::new(),
                 rows: BTreeMap::new(),
                 orders,
             });
         }
-        let listed: BTreeSet<i64> = ids.iter().copied().collect();
-        let mut rows: BTreeMap<i64, GhostRow> = candidates
+        // Which worker's agent lists each task (the first, should two).
+        let now = self.now();
+        let mut lister: HashMap<i64, &str> = HashMap::new();
+        for (w, a) in view
+            .agents
             .iter()
-            .filter(|c| listed.contains(&c.id))
-            .map(|c| {
-                (
-                    c.id,
-                    GhostRow {
-                        row: c.clone(),
-                        flag: 1,
-                        end_time: None,
-                        newer_attempt: None,
-                    },
-                )
-            })
-            .collect();
+            .filter(|(_, a)| a.fresh(now, stale_after))
+        {
+            for t in a.report.iter().flat_map(|r| &r.tasks) {
+                lister.entry(t.task_id).or_insert(w.as_str());
+            }
+        }
+        let mut rows: BTreeMap<i64, GhostRow> = BTreeMap::new();
+        for c in candidates {
+            let Some(worker) = lister.get(&c.id) else {
+                continue;
+            };
+            // A live row on the lister's own worker is all the judgement
+            // needs of it (no ghost): its state and host, not a full copy
+            // held through the rest of the sweep.
+            let slim = reaper_core::Candidate::new(c.id, "", c.state, c.host.as_deref());
+            let mut row = GhostRow {
+                row: slim,
+                flag: 1,
+                end_time: None,
+                newer_attempt: None,
+            };
+            if ghost::over(&view, worker, Some(&row)).is_some() {
+                row.row = c.clone();
+            }
+            rows.insert(c.id, row);
+        }
+        drop(view);
         let rest: Vec<i64> = ids
             .iter()
             .copied()
