@@ -12,7 +12,7 @@ struct Input {
 }
 
 fuzz_target!(|input: Input| {
-    match reaper::http::parse_reap_request(&input.id, &input.body) {
+    match reaper::api::parse_reap_request(&input.id, &input.body) {
         Ok(req) => {
             assert_eq!(Ok(req.task_id), input.id.trim().parse::<i64>());
             assert_ne!(req.action, Some(reaper_core::Action::Report));
