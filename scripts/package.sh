@@ -14,7 +14,7 @@ if ! cargo deb --version >/dev/null 2>&1; then
     cargo install cargo-deb --locked --version 3.8.0
 fi
 if ! cargo generate-rpm --version >/dev/null 2>&1; then
-    cargo install cargo-generate-rpm --locked
+    cargo install cargo-generate-rpm --locked --version 0.21.1
 fi
 
 cargo build -p reaper --bin ds-reaper --profile dist --locked
