@@ -23,6 +23,8 @@ python3 tests/real-ds/scenarios.py --version "${REALDS_VERSION:-3.1.1}" fidelity
 realds_pid=$!
 echo "== deployment artifacts (promtool, systemd-analyze, dashboard, manifests)"
 bash scripts/check-deploy.sh
+echo "== the .deb, installed into an empty root (the debug binary just built; scripts/package.sh makes the release packages)"
+bash scripts/check-package.sh
 echo "== cargo test"
 # Integration tests share one ZooKeeper and one server per database; each test
 # uses its own ZooKeeper root and its own database, so they run in parallel.
