@@ -475,11 +475,11 @@ mod kill_grace {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let v = values::period::deserialize(d)?;
-        if v > reaper_agent::MAX_KILL_GRACE {
+        if v > reaper_core::order::MAX_KILL_GRACE {
             return Err(de::Error::custom(format!(
                 "{} is too long; the most is {}",
                 humantime::format_duration(v),
-                humantime::format_duration(reaper_agent::MAX_KILL_GRACE)
+                humantime::format_duration(reaper_core::order::MAX_KILL_GRACE)
             )));
         }
         Ok(v)
@@ -496,7 +496,7 @@ impl Default for Agent {
             path: "ds-reaper/agents".into(),
             listen: addr("127.0.0.1:9478"),
             allow_kill: false,
-            kill_grace: reaper_agent::DEFAULT_KILL_GRACE,
+            kill_grace: reaper_core::order::DEFAULT_KILL_GRACE,
         }
     }
 }
