@@ -447,6 +447,8 @@ def zombie(c, binary, policy, tag, by_reap=False):
         r.start_agent(wi)
         c.wait_registered()
         t1 = time.monotonic()
+        # `fail` + recover leaves the workflow FAILURE until a master takes the command: wait for that first
+        wait_for("a master to take ds-reaper's command", lambda: not c.commands(), 300, 2)
         wait_for(f"workflow {wf} to end", lambda: c.workflow_state(wf) in TERMINAL.values(), 420, 3)
         end_s = round(time.monotonic() - t1)
         state = c.workflow_state(wf)
