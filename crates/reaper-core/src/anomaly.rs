@@ -179,7 +179,7 @@ pub struct Anomaly {
     pub owner_master: Option<String>,
 }
 
-/// A dispatch_stalled finding lists at most this many task ids.
+/// A finding lists at most this many task ids (`count` has them all).
 pub const MAX_TASK_IDS: usize = 100;
 
 impl Anomaly {
@@ -230,6 +230,32 @@ pub fn plan_anomalies(
     now: Instant,
     settings: &AnomalySettings,
 ) -> AnomalyReport {
+    let mut report = plan_task_anomalies(
+        view,
+        line,
+        candidates,
+        rows,
+        candidate_states,
+        now,
+        settings,
+    );
+    report.anomalies.extend(plan_workflow_anomalies(
+        view, line, workflows, now, settings,
+    ));
+    report
+}
+
+/// The part of [`plan_anomalies`] that needs the task rows (and 3.4's
+/// serial queue): a sweep lets its task rows go before it reads workflows.
+pub fn plan_task_anomalies(
+    view: &RegistryView,
+    line: DsLine,
+    candidates: &[Candidate],
+    rows: &AnomalyRows,
+    candidate_states: &[i32],
+    now: Instant,
+    settings: &AnomalySettings,
+) -> AnomalyReport {
     let mut seen = BTreeSet::new();
     let tasks: Vec<&Candidate> = candidates
         .iter()
@@ -246,9 +272,6 @@ pub fn plan_anomalies(
     report
         .anomalies
         .extend(dispatch_stalled(view, line, &tasks, now, settings));
-    report
-        .anomalies
-        .extend(stop_stuck(view, line, workflows, now, settings));
     if let Some(serial) = &rows.serial {
         report.anomalies.extend(serial_stuck(serial, now, settings));
     }
@@ -257,6 +280,21 @@ pub fn plan_anomalies(
         .anomalies
         .extend(duplicate_listings(view, &tasks, now, settings));
     report
+}
+
+/// The part of [`plan_anomalies`] that needs the workflow candidates:
+/// `workflow_stop_stuck`.
+pub fn plan_workflow_anomalies(
+    view: &RegistryView,
+    line: DsLine,
+    workflows: &[WorkflowCandidate],
+    now: Instant,
+    settings: &AnomalySettings,
+) -> Vec<Anomaly> {
+    if !view.is_valid() {
+        return Vec::new();
+    }
+    stop_stuck(view, line, workflows, now, settings)
 }
 
 /// The row's age: from `submit_time`, else `start_time`.
@@ -486,7 +524,7 @@ fn duplicate_rows(line: DsLine, tasks: &[&Candidate], now: Instant) -> Vec<Anoma
             Anomaly {
                 kind: AnomalyKind::DuplicateAttempt,
                 workflow_instance_id: Some(wf),
-                task_ids: rows.iter().map(|c| c.id).collect(),
+                task_ids: rows.iter().take(MAX_TASK_IDS).map(|c| c.id).collect(),
                 count: rows.len() as i64,
                 worker_group: rows[0].worker_group.clone(),
                 since,

@@ -51,6 +51,8 @@ impl AuditEvent {
 pub enum RecordKind {
     Task,
     Workflow,
+    /// SPEC §16: stuck under a live owner (report only).
+    Anomaly,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -23,6 +23,7 @@ pub fn router(engine: SharedEngine) -> Router {
         .route("/api/v1/workers", get(workers))
         .route("/api/v1/zombies", get(zombies))
         .route("/api/v1/workflows", get(workflows))
+        .route("/api/v1/anomalies", get(anomalies))
         .route("/api/v1/audit", get(audit))
         .route("/api/v1/sweep", post(sweep))
         .route("/api/v1/tasks/{id}/reap", post(reap))
@@ -140,6 +141,12 @@ fn workflow_views(e: &SharedEngine) -> Vec<WorkflowView> {
 
 async fn workflows(State(e): State<SharedEngine>) -> Response {
     Json(json!({ "workflows": workflow_views(&e) })).into_response()
+}
+
+/// SPEC §16: the findings as the core shapes them (the SPEC's fields).
+async fn anomalies(State(e): State<SharedEngine>) -> Response {
+    let found = e.status_read().anomalies.clone();
+    Json(json!({ "anomalies": *found })).into_response()
 }
 
 #[derive(Deserialize)]
@@ -276,6 +283,7 @@ async fn index(State(e): State<SharedEngine>, headers: HeaderMap) -> Html<String
         zombies_total: total,
         zombie_reasons,
         workflows: workflow_views(&e),
+        anomalies: e.status_read().anomalies.to_vec(),
         recent,
         history,
         now: e.now(),

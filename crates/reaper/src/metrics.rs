@@ -31,6 +31,10 @@ pub struct Metrics {
     pub agents: IntGaugeVec,
     pub workflow_zombies: IntGaugeVec,
     pub workflow_actions_total: IntCounterVec,
+    /// SPEC §16: live-owner findings of the last sweep, by kind.
+    pub anomalies: IntGaugeVec,
+    /// SPEC §16: age of the oldest candidate row, by state name.
+    pub oldest_live_seconds: IntGaugeVec,
 }
 
 fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, m: T) -> T {
@@ -172,8 +176,33 @@ impl Metrics {
                 )
                 .expect("static metric definition"),
             ),
+            anomalies: reg(
+                &r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "anomalies",
+                        "Stuck-under-a-live-owner findings of the last sweep",
+                    ),
+                    &["kind"],
+                )
+                .expect("static metric definition"),
+            ),
+            oldest_live_seconds: reg(
+                &r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "oldest_live_seconds",
+                        "Age of the oldest flag = 1 row per live or queued task state",
+                    ),
+                    &["state"],
+                )
+                .expect("static metric definition"),
+            ),
             registry: r,
         };
+        for kind in reaper_core::anomaly::AnomalyKind::ALL {
+            m.anomalies.with_label_values(&[kind.as_str()]).set(0);
+        }
         // Pre-create the label sets so dashboards and alerts see zeros, not gaps.
         for reason in Reason::ALL {
             m.zombies.with_label_values(&[reason.as_str()]).set(0);
@@ -269,6 +298,8 @@ mod tests {
             "ds_reaper_workflow_zombies{reason=\"workflow_stalled\"} 0",
             "ds_reaper_workflow_actions_total{action=\"recover\",result=\"ok\"} 0",
             "ds_reaper_zombies{reason=\"process_gone\"} 0",
+            "ds_reaper_anomalies{kind=\"dispatch_stalled\"} 0",
+            "ds_reaper_anomalies{kind=\"duplicate_attempt\"} 0",
         ] {
             assert!(text.contains(name), "{name} missing:\n{text}");
         }

@@ -28,10 +28,22 @@ pub(super) async fn check(s: Settings, format: Format, observe: Duration) -> u8 
     }
     progress("scanning t_ds_task_instance");
     let result = engine.check().await;
+    // SPEC §16 after the task and workflow findings; never written, never audited
+    let anomalies = match &result {
+        Ok(_) => engine.check_anomalies().await,
+        Err(_) => Ok(Vec::new()),
+    };
     engine.close().await;
     cancel.cancel();
     let (line, plan, findings) = match result {
         Ok(x) => x,
+        Err(e) => {
+            eprintln!("ds-reaper: {e}");
+            return EXIT_UNREACHABLE;
+        }
+    };
+    let anomalies = match anomalies {
+        Ok(a) => a,
         Err(e) => {
             eprintln!("ds-reaper: {e}");
             return EXIT_UNREACHABLE;
@@ -52,6 +64,7 @@ pub(super) async fn check(s: Settings, format: Format, observe: Duration) -> u8 
                 "candidates": plan.candidates,
                 "zombies": zombies,
                 "workflows": workflows,
+                "anomalies": anomalies,
             });
             println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
         }
@@ -59,9 +72,10 @@ pub(super) async fn check(s: Settings, format: Format, observe: Duration) -> u8 
             println!("registry: {}", s.registry.kind.as_str());
             print_table(line, plan.candidates, &zombies);
             print_workflows(&workflows);
+            super::anomalies::print_anomalies(&anomalies, now);
         }
     }
-    if zombies.is_empty() && workflows.is_empty() {
+    if zombies.is_empty() && workflows.is_empty() && anomalies.is_empty() {
         EXIT_OK
     } else {
         EXIT_FOUND

@@ -275,6 +275,10 @@ pub struct Reconcile {
     pub workflow_grace_period: Duration,
     #[serde(with = "values::duration")]
     pub workflow_stall_after: Duration,
+    /// SPEC §16: queued task rows (SUBMITTED, DISPATCH, DELAY) older than this
+    /// under a live master are `dispatch_stalled`; also the serial wait's bound.
+    #[serde(with = "values::period")]
+    pub dispatch_stall_after: Duration,
 }
 
 impl Default for Reconcile {
@@ -297,6 +301,7 @@ impl Default for Reconcile {
             workflow_states: None,
             workflow_grace_period: secs(900),
             workflow_stall_after: secs(1800),
+            dispatch_stall_after: secs(1800),
         }
     }
 }

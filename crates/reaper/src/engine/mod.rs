@@ -8,11 +8,14 @@
 //! - [`line`]: which DS line to work with.
 
 mod act;
+mod anomalies;
 mod line;
 mod reap;
 mod sweep;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_anomalies;
 mod workflows;
 
 pub use act::ActionResult;
@@ -91,6 +94,8 @@ pub struct Status {
     pub db_error: Option<String>,
     /// The workflow findings of the last sweep (SPEC §13).
     pub workflows: Arc<Vec<reaper_core::workflow::WorkflowFinding>>,
+    /// Stuck under a live owner, of the last sweep (SPEC §16).
+    pub anomalies: Arc<Vec<reaper_core::anomaly::Anomaly>>,
     /// One point per completed sweep of the last hour, oldest first, for
     /// the status page's charts.
     pub history: std::collections::VecDeque<SweepPoint>,
@@ -118,6 +123,8 @@ struct SweepState {
     seen: HashMap<i64, Reason>,
     /// Workflow findings already reported, by workflow instance id.
     workflows_seen: HashMap<i64, reaper_core::workflow::WorkflowReason>,
+    /// Anomalies already audited, by [`reaper_core::anomaly::Anomaly::key`].
+    anomalies_seen: std::collections::HashSet<String>,
     last_full: Option<Instant>,
     schema: Option<reaper_core::ports::SchemaInfo>,
     warned_states: Option<DsLine>,

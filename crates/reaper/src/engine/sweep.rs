@@ -189,6 +189,9 @@ impl Engine {
         // sweep reads its own, so the two never add up (at 100,000 live rows
         // each is tens of MiB).
         let candidate_count = candidates.len();
+        let anomalies = self
+            .task_anomalies(line, &candidates, &states, &view, now)
+            .await;
         drop(candidates);
 
         // Workflows after tasks: one view, one budget (SPEC §13).
@@ -211,6 +214,8 @@ impl Engine {
             hold: None,
             ..wf.next
         };
+        self.publish_anomalies(&mut st, anomalies, &wf.stopping, &view, line, now)
+            .await;
 
         summary.result = SweepResult::Ok;
         summary.candidates = candidate_count;
