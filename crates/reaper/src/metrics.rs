@@ -203,6 +203,13 @@ impl Metrics {
         for kind in reaper_core::anomaly::AnomalyKind::ALL {
             m.anomalies.with_label_values(&[kind.as_str()]).set(0);
         }
+        // until the first sweep says which states the line has
+        for state in reaper_core::anomaly::QUEUED_STATES
+            .iter()
+            .chain(&["RUNNING_EXECUTION"])
+        {
+            m.oldest_live_seconds.with_label_values(&[state]).set(0);
+        }
         // Pre-create the label sets so dashboards and alerts see zeros, not gaps.
         for reason in Reason::ALL {
             m.zombies.with_label_values(&[reason.as_str()]).set(0);
@@ -300,6 +307,7 @@ mod tests {
             "ds_reaper_zombies{reason=\"process_gone\"} 0",
             "ds_reaper_anomalies{kind=\"dispatch_stalled\"} 0",
             "ds_reaper_anomalies{kind=\"duplicate_attempt\"} 0",
+            "ds_reaper_oldest_live_seconds{state=\"SUBMITTED_SUCCESS\"} 0",
         ] {
             assert!(text.contains(name), "{name} missing:\n{text}");
         }
