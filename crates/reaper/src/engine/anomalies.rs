@@ -183,7 +183,7 @@ impl Engine {
 fn record(a: &Anomaly, line: DsLine, now: Instant) -> Record {
     let mut r = Record::event(AuditEvent::Detected, "daemon", now);
     r.kind = Some(RecordKind::Anomaly);
-    r.task_id = a.task_ids.first().copied();
+    // a finding is about a group of rows (their ids are in the evidence), not one task
     r.workflow_instance_id = a.workflow_instance_id;
     r.host = a.owner_master.clone();
     r.worker_group = a.worker_group.clone();
