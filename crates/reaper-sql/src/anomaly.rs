@@ -62,8 +62,10 @@ impl Db {
 }
 
 /// The waiting serial commands of SERIAL_WAIT workflows, with the workflow's
-/// definition code, host and start. A row that cannot be decoded is left
-/// out (it names no workflow we could report).
+/// definition code, host and start: the waiting rows of the (small) serial
+/// table first, then their workflows by primary key — a join could make the
+/// planner scan the workflow table for its state, which has no index. A row
+/// that cannot be decoded is left out (it names no workflow we could report).
 async fn waiting<D: Dialect>(
     c: &mut Conn<D>,
     line: DsLine,
@@ -73,37 +75,58 @@ async fn waiting<D: Dialect>(
         return Ok(Vec::new());
     };
     let q = Sql::<D>::new(format!(
-        "SELECT s.id, s.workflow_instance_id, w.{code}, {created}, w.host, w.start_time \
-         FROM {SERIAL_COMMAND} s JOIN {wf} w ON w.id = s.workflow_instance_id \
-         WHERE s.state = 0 AND w.state = {SERIAL_WAIT} ORDER BY s.id",
-        wf = line.workflow_table(),
+        "SELECT s.id, s.workflow_instance_id, {created} FROM {SERIAL_COMMAND} s \
+         WHERE s.state = 0 ORDER BY s.id",
         // a MySQL `timestamp`, which sqlx will not read as a naive datetime
         created = D::as_text("s.create_time"),
     ));
+    let mut queued: Vec<(i64, i64, Option<chrono::NaiveDateTime>)> = Vec::new();
+    for r in q.fetch_all(&mut *c).await? {
+        match (D::int(&r, 0), D::int(&r, 1), D::text(&r, 2)) {
+            (Ok(Some(id)), Ok(Some(wf)), Ok(created)) => {
+                queued.push((id, wf, created.as_deref().and_then(parse_time)))
+            }
+            _ => tracing::warn!("a serial command row could not be decoded"),
+        }
+    }
     let t = |v: Option<chrono::NaiveDateTime>| v.and_then(|n| zone.to_instant(n));
     let mut out = Vec::new();
-    for r in q.fetch_all(c).await? {
-        let decoded = (|| {
-            Ok::<_, sqlx::Error>((
-                D::int(&r, 0)?,
-                D::int(&r, 1)?,
-                D::int(&r, 2)?,
-                t(D::text(&r, 3)?.as_deref().and_then(parse_time)),
-                D::text(&r, 4)?,
-                t(D::time(&r, 5)?),
-            ))
-        })();
-        match decoded {
-            Ok((Some(id), Some(wf), Some(def), created, host, start)) => out.push(SerialWait {
-                workflow_instance_id: wf,
-                serial_command_id: id,
-                definition_code: def,
-                workflow_host: host,
-                waiting_since: created.or(start),
-                running: 0,
-            }),
-            Ok(_) => tracing::debug!("a serial command row without id, workflow or definition"),
-            Err(e) => tracing::warn!(error = %e, "a serial command row could not be decoded"),
+    for chunk in queued.chunks(ID_BATCH) {
+        let mut q = Sql::<D>::new(format!(
+            "SELECT w.id, w.{code}, w.host, w.start_time FROM {wf} w WHERE w.id IN (",
+            wf = line.workflow_table()
+        ));
+        q.bind_list(chunk.iter().map(|(_, wf, _)| *wf))
+            .push(&format!(") AND w.state = {SERIAL_WAIT}"));
+        let mut waiting = HashMap::new();
+        for r in q.fetch_all(&mut *c).await? {
+            let decoded = (|| {
+                Ok::<_, sqlx::Error>((
+                    D::int(&r, 0)?,
+                    D::int(&r, 1)?,
+                    D::text(&r, 2)?,
+                    t(D::time(&r, 3)?),
+                ))
+            })();
+            match decoded {
+                Ok((Some(id), Some(def), host, start)) => {
+                    waiting.insert(id, (def, host, start));
+                }
+                Ok(_) => tracing::debug!("a SERIAL_WAIT workflow without id or definition"),
+                Err(e) => tracing::warn!(error = %e, "a SERIAL_WAIT workflow could not be decoded"),
+            }
+        }
+        for (id, wf, created) in chunk {
+            if let Some((def, host, start)) = waiting.get(wf) {
+                out.push(SerialWait {
+                    workflow_instance_id: *wf,
+                    serial_command_id: *id,
+                    definition_code: *def,
+                    workflow_host: host.clone(),
+                    waiting_since: t(*created).or(*start),
+                    running: 0,
+                });
+            }
         }
     }
     Ok(out)
