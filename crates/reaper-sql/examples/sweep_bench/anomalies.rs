@@ -33,6 +33,7 @@ struct Row {
     inc_with: f64,
     full: f64,
     full_with: f64,
+    extra: f64,
     found: usize,
 }
 
@@ -61,16 +62,20 @@ async fn sweep(
     scan: Scan,
     anomalies: bool,
     view: &RegistryView,
-) -> Result<(f64, usize)> {
+) -> Result<(f64, usize, f64)> {
     let line = DsLine::V3_3;
     let t = Instant::now();
     let cands = port.candidates(line, &STATES, scan).await?;
     let mut found = 0;
+    let mut extra = Duration::ZERO;
     if anomalies {
+        let a = Instant::now();
         let rows = port.anomaly_rows(line).await?;
+        extra += a.elapsed();
         let wfs = port
             .workflow_candidates(line, &WF_STATES, &STATES, scan)
             .await?;
+        let p = Instant::now();
         let report = plan_anomalies(
             view,
             line,
@@ -82,11 +87,12 @@ async fn sweep(
             &AnomalySettings::default(),
         );
         found = report.anomalies.len();
+        extra += p.elapsed();
     } else {
         port.workflow_candidates(line, &WF_STATES, &STATES, scan)
             .await?;
     }
-    Ok((ms(t.elapsed()), found))
+    Ok((ms(t.elapsed()), found, ms(extra)))
 }
 
 async fn bench(kind: SimKind, n: u64) -> Result<Row> {
@@ -167,15 +173,18 @@ async fn bench(kind: SimKind, n: u64) -> Result<Row> {
     let v = view();
 
     let (mut full, mut full_with) = (vec![], vec![]);
+    // what the anomalies alone add (their reads and judgement), per sweep
+    let mut extra = vec![];
     let mut found = 0;
     for i in 0..runs() + 1 {
         for with in order(i) {
             store.set_cursor(SweepCursor::new()).await;
             store.set_workflow_cursor(WorkflowCursor::new()).await;
-            let (t, f) = sweep(port.as_ref(), Scan::Full, with, &v).await?;
+            let (t, f, x) = sweep(port.as_ref(), Scan::Full, with, &v).await?;
             if i > 0 {
                 if with {
                     full_with.push(t);
+                    extra.push(x);
                     found = f;
                 } else {
                     full.push(t);
@@ -198,10 +207,11 @@ async fn bench(kind: SimKind, n: u64) -> Result<Row> {
         for with in order(i) {
             store.set_cursor(tasks.clone()).await;
             store.set_workflow_cursor(wfs.clone()).await;
-            let (t, f) = sweep(port.as_ref(), Scan::Incremental, with, &v).await?;
+            let (t, f, x) = sweep(port.as_ref(), Scan::Incremental, with, &v).await?;
             if i > 0 {
                 if with {
                     inc_with.push(t);
+                    extra.push(x);
                     if f != found {
                         bail!("incremental found {f} anomalies, full {found}");
                     }
@@ -227,6 +237,7 @@ async fn bench(kind: SimKind, n: u64) -> Result<Row> {
         inc_with: min(&inc_with),
         full: min(&full),
         full_with: min(&full_with),
+        extra: min(&extra),
         found,
     })
 }
@@ -259,12 +270,22 @@ pub async fn main(args: Vec<String>) -> Result<()> {
         LIVE / 10
     );
     println!(
-        "{:<10} {:<10} {:>9} | {:>9} {:>9} {:>6} | {:>9} {:>9} {:>6} | {:>5}",
-        "", "database", "N", "incr ms", "with ms", "ratio", "full ms", "with ms", "ratio", "found"
+        "{:<10} {:<10} {:>9} | {:>9} {:>9} {:>6} | {:>9} {:>9} {:>6} | {:>5} {:>9}",
+        "",
+        "database",
+        "N",
+        "incr ms",
+        "with ms",
+        "ratio",
+        "full ms",
+        "with ms",
+        "ratio",
+        "found",
+        "extra ms"
     );
     for r in &out {
         println!(
-            "{:<10} {:<10} {:>9} | {:>9.1} {:>9.1} {:>6.2} | {:>9.1} {:>9.1} {:>6.2} | {:>5}",
+            "{:<10} {:<10} {:>9} | {:>9.1} {:>9.1} {:>6.2} | {:>9.1} {:>9.1} {:>6.2} | {:>5} {:>9.2}",
             "anomalies",
             r.db,
             r.n,
@@ -274,7 +295,8 @@ pub async fn main(args: Vec<String>) -> Result<()> {
             r.full,
             r.full_with,
             r.full_with / r.full,
-            r.found
+            r.found,
+            r.extra
         );
     }
     Ok(())
