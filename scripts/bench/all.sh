@@ -4,6 +4,7 @@
 #   - SQL sweep and writes vs raw SQL (scripts/bench/sweep.sh)
 #   - the workflow part of a sweep vs raw SQL, and flat from the smallest size
 #     to the largest (scripts/bench/workflow_sweep.sh)
+#   - a sweep with SPEC §16's anomalies vs without (scripts/bench/anomalies.sh)
 #   - reaping latency and idle footprint (scripts/bench/latency.sh, idle.sh, when present)
 #   - reap throughput: 2,000 zombies reaped by the daemon vs one raw batched UPDATE
 #   - steady RSS/CPU with 2,000 workers and 100,000 live rows
@@ -107,6 +108,27 @@ if [[ -f scripts/bench/workflow_sweep.sh ]]; then
     done < <(grep -E '^workflows-flat ' "$LOG_DIR/workflow_sweep.log")
   else
     row "workflow sweep (scripts/bench/workflow_sweep.sh)" "-" "" "FAILED"
+  fi
+fi
+
+# 2c. what SPEC §16's anomalies add to a sweep (issue 23) ---------------------------
+if [[ -f scripts/bench/anomalies.sh ]]; then
+  if [[ "$QUICK" == 1 ]]; then
+    asweep=(env BENCH_DB=mariadb bash scripts/bench/anomalies.sh 200000)
+  else
+    asweep=(bash scripts/bench/anomalies.sh)
+  fi
+  if run anomalies "${asweep[@]}"; then
+    # rows: "anomalies <db> <n> | incr with ratio | full with ratio | found"
+    while IFS='|' read -r head inc full _; do
+      read -r _ db n <<<"$head"
+      read -r i1 i2 ir <<<"$inc"
+      read -r f1 f2 fr <<<"$full"
+      row "sweep with anomalies $db $n tasks + $n wf: incremental" "$i2 ms / $i1 ms = ${ir}x" "<= 1.3x" "$(verdict "$ir" "<=" 1.3)"
+      row "sweep with anomalies $db $n tasks + $n wf: full" "$f2 ms / $f1 ms = ${fr}x" "<= 1.3x" "$(verdict "$fr" "<=" 1.3)"
+    done < <(grep -E '^anomalies +[a-z]+ +[0-9]+ +\|' "$LOG_DIR/anomalies.log")
+  else
+    row "sweep with anomalies (scripts/bench/anomalies.sh)" "-" "<= 1.3x" "FAILED"
   fi
 fi
 

@@ -136,6 +136,18 @@ pub struct TaskSpec {
     pub flag: i32,
     pub project_code: i64,
     pub end_time: Option<NaiveDateTime>,
+    /// 2.0+ `task_code`; `None`: a code of its own. Two live rows of one code
+    /// in one workflow instance are a duplicate attempt (SPEC §16), so tests
+    /// that want one say so.
+    pub task_code: Option<i64>,
+}
+
+/// Task codes (and 1.x task names) handed out to rows that name none, so that
+/// distinct tasks never look like attempts of one task.
+static NEXT_TASK_CODE: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(1_000_000);
+
+fn next_task_codes(n: u64) -> i64 {
+    NEXT_TASK_CODE.fetch_add(n as i64, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl TaskSpec {
@@ -145,7 +157,8 @@ impl TaskSpec {
             .unwrap_or_default();
         TaskSpec {
             workflow_instance_id,
-            name: "task".into(),
+            // 1.x knows a definition's task by its name: one of its own
+            name: format!("task-{}", next_task_codes(1)),
             task_type: "SHELL".into(),
             state,
             host: host.map(str::to_string),
@@ -155,6 +168,7 @@ impl TaskSpec {
             flag: 1,
             project_code: 4_242,
             end_time: None,
+            task_code: None,
         }
     }
 }
@@ -458,7 +472,8 @@ impl SimDb {
             c.push(("worker_group", V::S(Some(t.worker_group.clone()))));
         }
         if line >= DsLine::V2_0 {
-            c.push(("task_code", V::L(Some(77))));
+            let code = t.task_code.unwrap_or_else(|| next_task_codes(1));
+            c.push(("task_code", V::L(Some(code))));
             c.push(("task_definition_version", V::I(Some(1))));
         }
         if self.has_column(TASK, "project_code") {
@@ -603,9 +618,13 @@ impl SimDb {
     /// (one `INSERT … SELECT` over a generated series). Returns (first id, last id).
     pub async fn bulk_fill(&self, wf: i64, n: u64, state: i32, host: &str) -> Result<(i64, i64)> {
         let chunk = 500_000u64;
+        let base = next_task_codes(n);
         let parts = (0..n.div_ceil(chunk)).map(|k| {
             let rows = (n - k * chunk).min(chunk);
-            (wf.to_string(), self.series(rows))
+            (
+                format!("{wf}, {}", base + (k * chunk) as i64),
+                self.series(rows),
+            )
         });
         self.bulk_tasks(state, host, parts.collect()).await
     }
@@ -628,7 +647,7 @@ impl SimDb {
         while a <= workflows.1 {
             let b = (a + step - 1).min(workflows.1);
             parts.push((
-                "w.id".to_string(),
+                format!("w.id, {}", next_task_codes(per_workflow.max(1))),
                 format!(
                     "{table} w CROSS JOIN {series} WHERE w.id BETWEEN {a} AND {b} ORDER BY w.id, s.seq"
                 ),
@@ -639,7 +658,9 @@ impl SimDb {
     }
 
     /// Task rows from `INSERT … SELECT` statements, one per part: the
-    /// workflow id as an SQL expression and the `FROM` clause it reads.
+    /// workflow id as an SQL expression, then the part's first task code
+    /// (each row's code is that plus `s.seq`: distinct tasks, as DS's bulk
+    /// of distinct definitions' tasks would be), and the `FROM` clause it reads.
     async fn bulk_tasks(
         &self,
         state: i32,
@@ -667,7 +688,7 @@ impl SimDb {
         let host = host.replace('\'', "");
         let ts = "'2024-01-01 00:00:00'";
         let mut vals = vec![
-            "'bulk'".to_string(),
+            String::new(), // the name, per part
             "'SHELL'".into(),
             String::new(), // the workflow id, per part
             state.to_string(),
@@ -680,7 +701,7 @@ impl SimDb {
         ];
         if line >= DsLine::V2_0 {
             cols.push("task_code".into());
-            vals.push("77".into());
+            vals.push(String::new()); // the code, per part
             cols.push("task_definition_version".into());
             vals.push("1".into());
         }
@@ -689,8 +710,17 @@ impl SimDb {
             vals.push("4242".into());
         }
         let before = self.max_task_id().await?;
-        for (fk, from) in parts {
+        let code_at = cols.iter().position(|c| c == "task_code");
+        for (fk_and_code, from) in parts {
+            let (fk, code) = fk_and_code
+                .split_once(", ")
+                .map(|(f, c)| (f.to_string(), c.to_string()))
+                .unwrap_or((fk_and_code.clone(), "0".into()));
             vals[2] = fk;
+            vals[0] = format!("CONCAT('bulk-', {code} + s.seq)");
+            if let Some(i) = code_at {
+                vals[i] = format!("{code} + s.seq");
+            }
             let sql = format!(
                 "INSERT INTO t_ds_task_instance ({}) SELECT {} FROM {from}",
                 cols.join(", "),

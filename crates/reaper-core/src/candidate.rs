@@ -32,6 +32,10 @@ pub struct Candidate {
     /// it is non-terminal the task is never acted on (SPEC §3).
     #[serde(default)]
     pub child_workflow_state: Option<i32>,
+    /// The task of the definition the row runs (2.0+ `task_code`): two live
+    /// rows of one code in one workflow instance are a duplicate (SPEC §16).
+    #[serde(default)]
+    pub task_code: Option<i64>,
 }
 
 impl Candidate {
@@ -52,6 +56,7 @@ impl Candidate {
             workflow_state: None,
             execute_path: None,
             child_workflow_state: None,
+            task_code: None,
         }
     }
 }

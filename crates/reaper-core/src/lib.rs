@@ -8,6 +8,7 @@
 //! execute its decisions, so every rule is testable with plain values.
 //!
 //! # Layout
+//! - [`anomaly`]: stuck under a live owner, report only (SPEC §16).
 //! - [`agent`]: what the worker-host agent publishes and how the daemon reads it.
 //! - [`order`]: kill orders for ghost processes and the agent's answers.
 //! - [`ghost`]: processes that should not be running (SPEC §15): detection and kill decisions.
@@ -24,6 +25,7 @@
 //! - [`registry`]: what every registry adapter shares: heartbeats, layout, the membership machine.
 
 pub mod agent;
+pub mod anomaly;
 pub mod brake;
 pub mod candidate;
 pub mod ghost;

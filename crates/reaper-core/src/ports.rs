@@ -8,6 +8,7 @@
 //! with in-memory implementations. No runtime is named here: an adapter may use
 //! any, the engine uses tokio.
 
+use crate::anomaly::AnomalyRows;
 use crate::candidate::Candidate;
 use crate::line::DsLine;
 use crate::order::KillOrder;
@@ -203,9 +204,19 @@ pub trait TaskStore: Send + Sync {
     ) -> BoxFuture<'a, Result<WorkflowOutcome, PortError>> {
         Box::pin(async { Err(PortError::Invalid(NO_WORKFLOWS.into())) })
     }
+
+    /// What SPEC §16 reads beside the candidates: the `flag = 1`
+    /// non-finished rows outside the candidate states that the latest
+    /// `candidates` / `scan_once` read returned (so call it once after one), and
+    /// 3.4's waiting serial commands. A store that cannot answer says so
+    /// (`Invalid`), never with an empty answer that would read as "nothing stuck".
+    fn anomaly_rows(&self, _line: DsLine) -> BoxFuture<'_, Result<AnomalyRows, PortError>> {
+        Box::pin(async { Err(PortError::Invalid(NO_ANOMALIES.into())) })
+    }
 }
 
 const NO_WORKFLOWS: &str = "this store does not read workflow instances";
+const NO_ANOMALIES: &str = "this store does not read the rows of stuck-under-a-live-owner findings";
 
 /// What `recover_workflow` did.
 #[derive(Debug, Clone, PartialEq, Eq)]

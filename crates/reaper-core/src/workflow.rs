@@ -310,6 +310,10 @@ fn judge(
     };
     let alive = view.live(NodeKind::Master, master).is_some();
     let reason = if alive {
+        // READY_PAUSE / READY_STOP under a live master is workflow_stop_stuck (SPEC §16)
+        if crate::anomaly::STOP_STATES.contains(&wf.state) {
+            return None;
+        }
         let idle = wf.tasks_by_state.values().all(|n| *n == 0);
         let progress = wf.last_progress()?;
         if !idle || now - progress < delta(policy.stall_after) {

@@ -11,6 +11,9 @@
 //! The adapter is used the way the engine uses it: through the `TaskStore`
 //! port (`Arc<dyn TaskStore>` over a `SqlStore`), which keeps the cursor.
 //!
+//! `sweep_bench anomalies [N ...]` measures what SPEC §16 adds to a sweep
+//! (`sweep_bench/anomalies.rs`): N task rows and N workflows, default 1M.
+//!
 //! `sweep_bench workflows [N ...]` measures the workflow part of a sweep
 //! instead ([`workflows`]): N workflow instances (default 1M and 5M), 1,000 of
 //! them running, five task rows each.
@@ -29,6 +32,9 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+
+#[path = "sweep_bench/anomalies.rs"]
+mod anomalies;
 
 const FIXTURE: &str = "3.2.2";
 const LIVE: i64 = 2_000;
@@ -372,6 +378,9 @@ fn raw_once(kind: SimKind, url: &str, db: &str, sql: &str) -> Result<f64> {
 async fn main() -> Result<()> {
     if std::env::args().nth(1).as_deref() == Some("workflows") {
         return workflows::main(std::env::args().skip(2).collect()).await;
+    }
+    if std::env::args().nth(1).as_deref() == Some("anomalies") {
+        return anomalies::main(std::env::args().skip(2).collect()).await;
     }
     let sizes: Vec<u64> = std::env::args()
         .skip(1)

@@ -20,6 +20,9 @@ pub struct SweepCursor {
     known: BTreeSet<i64>,
     pending: BTreeSet<i64>,
     undecodable: BTreeSet<i64>,
+    /// The `flag = 1` non-finished rows outside the candidate states of the
+    /// last read, for SPEC §16; taken by the store right after the read.
+    others: Vec<Candidate>,
 }
 
 /// A cursor's figures, for status and benchmarks.
@@ -76,6 +79,15 @@ impl SweepCursor {
             undecodable: self.undecodable(),
             low_water: self.low_water(),
         }
+    }
+
+    /// The last read's non-candidate live rows (SUBMITTED, DELAY, ...), once.
+    pub fn take_others(&mut self) -> Vec<Candidate> {
+        std::mem::take(&mut self.others)
+    }
+
+    pub(crate) fn set_others(&mut self, others: Vec<Candidate>) {
+        self.others = others;
     }
 
     /// What a completed sweep learned; the mark moves one sweep behind `top_now`.

@@ -61,6 +61,7 @@ macro_rules! with_conn {
     }};
 }
 
+mod anomaly;
 mod cursor;
 mod detect;
 mod dialect;

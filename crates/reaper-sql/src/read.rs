@@ -66,18 +66,22 @@ pub(crate) struct Sorted {
     pub pending: BTreeSet<i64>,
     /// Undecodable rows that may still be live (SPEC §4.12).
     pub bad: BTreeSet<i64>,
+    /// `flag = 1` non-finished rows outside `states` (SPEC §16).
+    pub others: Vec<Candidate>,
 }
 
 impl Sorted {
     fn page(&mut self, page: Page, states: &[i32]) {
         let mut out = Vec::with_capacity(page.rows.len());
-        classify(
-            page.rows,
-            states,
-            &mut out,
-            &mut self.known,
-            &mut self.pending,
-        );
+        // moved, not copied: classify would only keep their ids as pending
+        let (others, rows): (Vec<TaskRow>, Vec<TaskRow>) = page.rows.into_iter().partition(|r| {
+            r.flag == 1
+                && !DsLine::is_finished_task_state(r.row.state)
+                && !states.contains(&r.row.state)
+        });
+        self.pending.extend(others.iter().map(|r| r.row.id));
+        self.others.extend(others.into_iter().map(|r| r.row));
+        classify(rows, states, &mut out, &mut self.known, &mut self.pending);
         if !out.is_empty() {
             self.pages.push(out);
         }
@@ -235,6 +239,7 @@ impl Db {
         let mut out = s.candidates();
         self.fill_children(line, &cat, &mut out).await?;
         cursor.replace(s.known, s.pending, s.bad, top_now);
+        cursor.set_others(s.others);
         Ok(out)
     }
 
@@ -277,6 +282,7 @@ impl Db {
         out.sort_unstable_by_key(|c| c.id);
         self.fill_children(line, &cat, &mut out).await?;
         cursor.replace(s.known, s.pending, s.bad, top_now);
+        cursor.set_others(s.others);
         Ok(out)
     }
 

@@ -22,6 +22,7 @@ pub(crate) const LEARNED_TABLES: &[&str] = &[
     SCHEDULES,
     "t_ds_relation_process_instance",
     "t_ds_relation_workflow_instance",
+    crate::anomaly::SERIAL_COMMAND,
 ];
 
 /// The line's parent-child relation of workflow instances: which child

@@ -92,9 +92,15 @@ fn select_from(line: DsLine, cat: &Catalog) -> String {
     } else {
         "NULL"
     };
+    // 2.0+: the definition's task, for duplicate attempts (SPEC §16)
+    let tc = if cat.has(TASK, "task_code") {
+        "t.task_code"
+    } else {
+        "NULL"
+    };
     format!(
         "SELECT t.id, t.name, t.task_type, t.state, t.host, t.submit_time, t.start_time, \
-         {wg}, {wg_name}, {pc}, t.{fk}, t.flag, w.host, w.state, {ep} \
+         {wg}, {wg_name}, {pc}, t.{fk}, t.flag, w.host, w.state, {ep}, {tc} \
          FROM {TASK} t LEFT JOIN {wf} w ON w.id = t.{fk}{wg_join}",
         fk = n.fk,
         wf = n.wf_table
@@ -123,6 +129,7 @@ fn decode<D: Dialect>(line: DsLine, zone: Zone, r: &RowOf<D>) -> Result<TaskRow,
         execute_path: D::text(r, 14)?,
         // filled by a second read, for SUB_PROCESS rows only (child_states)
         child_workflow_state: None,
+        task_code: D::int(r, 15)?,
     };
     let flag = D::int(r, 11)?;
     Ok(TaskRow {
@@ -282,7 +289,7 @@ mod tests {
         );
         let select = "SELECT t.id, t.name, t.task_type, t.state, t.host, t.submit_time, \
             t.start_time, t.worker_group, NULL, t.project_code, t.process_instance_id, t.flag, \
-            w.host, w.state, NULL FROM t_ds_task_instance t \
+            w.host, w.state, NULL, NULL FROM t_ds_task_instance t \
             LEFT JOIN t_ds_process_instance w ON w.id = t.process_instance_id";
         let tail = "AND t.flag = 1 AND t.state NOT IN (3,5,6,7,9,13) ORDER BY t.id LIMIT 5000";
         assert_eq!(

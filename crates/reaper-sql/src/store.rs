@@ -4,6 +4,7 @@
 use crate::cursor::{CursorStats, SweepCursor};
 use crate::workflow::{WorkflowCursor, WorkflowCursorStats};
 use crate::Db;
+use reaper_core::anomaly::AnomalyRows;
 use reaper_core::ports::{
     BoxFuture, FollowUpOutcome, FollowUpRequest, LiveMaster, PortError, Scan, SchemaInfo, TaskRow,
     TaskStore, TaskWrite, WorkflowOutcome, WriteOutcome,
@@ -28,6 +29,8 @@ pub struct SqlStore {
     db: Db,
     cursor: Mutex<SweepCursor>,
     wf_cursor: Mutex<WorkflowCursor>,
+    /// The latest candidate read's other live rows (SPEC §16).
+    others: std::sync::Mutex<Vec<Candidate>>,
 }
 
 impl SqlStore {
@@ -42,6 +45,7 @@ impl SqlStore {
             db,
             cursor: Mutex::new(cursor),
             wf_cursor: Mutex::new(WorkflowCursor::new()),
+            others: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -82,6 +86,12 @@ impl SqlStore {
     }
 }
 
+impl SqlStore {
+    fn keep_others(&self, others: Vec<Candidate>) {
+        *self.others.lock().unwrap_or_else(|e| e.into_inner()) = others;
+    }
+}
+
 impl TaskStore for SqlStore {
     fn detect(&self) -> BoxFuture<'_, Result<SchemaInfo, PortError>> {
         Box::pin(async move { Ok(self.db.detect().await?) })
@@ -103,6 +113,7 @@ impl TaskStore for SqlStore {
                 Scan::Incremental => self.db.incremental(line, states, &mut cursor).await?,
                 Scan::Full => self.db.full_scan(line, states, &mut cursor).await?,
             };
+            self.keep_others(cursor.take_others());
             Ok(found)
         })
     }
@@ -114,7 +125,9 @@ impl TaskStore for SqlStore {
     ) -> BoxFuture<'a, Result<Vec<Candidate>, PortError>> {
         Box::pin(async move {
             let mut fresh = SweepCursor::new();
-            Ok(self.db.full_scan(line, states, &mut fresh).await?)
+            let found = self.db.full_scan(line, states, &mut fresh).await?;
+            self.keep_others(fresh.take_others());
+            Ok(found)
         })
     }
 
@@ -198,6 +211,16 @@ impl TaskStore for SqlStore {
         ids: &'a [i64],
     ) -> BoxFuture<'a, Result<reaper_core::ghost::GhostRead, PortError>> {
         Box::pin(async move { Ok(self.db.ghost_rows(line, ids).await?) })
+    }
+
+    fn anomaly_rows(&self, line: DsLine) -> BoxFuture<'_, Result<AnomalyRows, PortError>> {
+        Box::pin(async move {
+            let serial = self.db.serial_waits(line).await?;
+            // moved out, not copied: a starved queue can hold many rows
+            let others =
+                std::mem::take(&mut *self.others.lock().unwrap_or_else(|e| e.into_inner()));
+            Ok(AnomalyRows { others, serial })
+        })
     }
 
     fn recover_workflow<'a>(

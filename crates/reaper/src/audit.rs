@@ -53,6 +53,8 @@ pub enum RecordKind {
     Workflow,
     /// A ghost process and its kill order (SPEC §15).
     Process,
+    /// SPEC §16: stuck under a live owner (report only).
+    Anomaly,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -24,6 +24,7 @@ pub fn router(engine: SharedEngine) -> Router {
         .route("/api/v1/zombies", get(zombies))
         .route("/api/v1/workflows", get(workflows))
         .route("/api/v1/ghosts", get(ghosts))
+        .route("/api/v1/anomalies", get(anomalies))
         .route("/api/v1/audit", get(audit))
         .route("/api/v1/sweep", post(sweep))
         .route("/api/v1/tasks/{id}/reap", post(reap))
@@ -152,6 +153,12 @@ async fn ghosts(State(e): State<SharedEngine>) -> Response {
     Json(json!({ "ghosts": ghost_views(&e) })).into_response()
 }
 
+/// SPEC §16: the findings as the core shapes them (the SPEC's fields).
+async fn anomalies(State(e): State<SharedEngine>) -> Response {
+    let found = e.status_read().anomalies.clone();
+    Json(json!({ "anomalies": *found })).into_response()
+}
+
 #[derive(Deserialize)]
 struct AuditQuery {
     limit: Option<String>,
@@ -239,6 +246,7 @@ async fn index(State(e): State<SharedEngine>, headers: HeaderMap) -> Html<String
         zombie_reasons,
         workflows: workflow_views(&e),
         ghosts: ghost_views(&e),
+        anomalies: e.status_read().anomalies.to_vec(),
         recent,
         history,
         now: e.now(),

@@ -34,6 +34,10 @@ pub struct Metrics {
     /// SPEC §15.
     pub ghosts: IntGauge,
     pub ghost_actions_total: IntCounterVec,
+    /// SPEC §16: live-owner findings of the last sweep, by kind.
+    pub anomalies: IntGaugeVec,
+    /// SPEC §16: age of the oldest candidate row, by state name.
+    pub oldest_live_seconds: IntGaugeVec,
 }
 
 fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, m: T) -> T {
@@ -187,8 +191,40 @@ impl Metrics {
                 )
                 .expect("static metric definition"),
             ),
+            anomalies: reg(
+                &r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "anomalies",
+                        "Stuck-under-a-live-owner findings of the last sweep",
+                    ),
+                    &["kind"],
+                )
+                .expect("static metric definition"),
+            ),
+            oldest_live_seconds: reg(
+                &r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "oldest_live_seconds",
+                        "Age of the oldest flag = 1 row per live or queued task state",
+                    ),
+                    &["state"],
+                )
+                .expect("static metric definition"),
+            ),
             registry: r,
         };
+        for kind in reaper_core::anomaly::AnomalyKind::ALL {
+            m.anomalies.with_label_values(&[kind.as_str()]).set(0);
+        }
+        // until the first sweep says which states the line has
+        for state in reaper_core::anomaly::QUEUED_STATES
+            .iter()
+            .chain(&["RUNNING_EXECUTION"])
+        {
+            m.oldest_live_seconds.with_label_values(&[state]).set(0);
+        }
         // Pre-create the label sets so dashboards and alerts see zeros, not gaps.
         for reason in Reason::ALL {
             m.zombies.with_label_values(&[reason.as_str()]).set(0);
@@ -289,6 +325,9 @@ mod tests {
             "ds_reaper_zombies{reason=\"process_gone\"} 0",
             "ds_reaper_ghosts 0",
             "ds_reaper_ghost_actions_total{result=\"refused\"} 0",
+            "ds_reaper_anomalies{kind=\"dispatch_stalled\"} 0",
+            "ds_reaper_anomalies{kind=\"duplicate_attempt\"} 0",
+            "ds_reaper_oldest_live_seconds{state=\"SUBMITTED_SUCCESS\"} 0",
         ] {
             assert!(text.contains(name), "{name} missing:\n{text}");
         }

@@ -178,6 +178,24 @@ impl TaskStore for MemStore {
         Box::pin(async move { Ok(self.live(states)) })
     }
 
+    /// Every unfinished `flag = 1` row (the judge counts a candidate once).
+    fn anomaly_rows(
+        &self,
+        _line: DsLine,
+    ) -> BoxFuture<'_, Result<reaper_core::anomaly::AnomalyRows, PortError>> {
+        Box::pin(async move {
+            let others = lock(&self.rows)
+                .values()
+                .filter(|r| r.flag == 1 && !DsLine::is_finished_task_state(r.row.state))
+                .map(|r| r.row.clone())
+                .collect();
+            Ok(reaper_core::anomaly::AnomalyRows {
+                others,
+                serial: None,
+            })
+        })
+    }
+
     fn task(&self, _line: DsLine, id: i64) -> BoxFuture<'_, Result<Option<TaskRow>, PortError>> {
         Box::pin(async move { Ok(lock(&self.rows).get(&id).cloned()) })
     }

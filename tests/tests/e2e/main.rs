@@ -4,6 +4,7 @@
 //! run concurrently (`--test-threads`); the harness is `reaper_e2e` (lib.rs).
 
 mod agent;
+mod anomalies;
 mod api;
 mod bench_agent;
 mod bench_ghosts;

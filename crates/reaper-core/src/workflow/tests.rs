@@ -344,3 +344,23 @@ fn no_recover_while_ds_fails_the_owning_master_over_on_1_3_to_3_2() {
     assert_eq!(f[0].action, WorkflowAction::Recover);
     assert_eq!(f[0].disposition, Disposition::Act);
 }
+
+#[test]
+fn a_stopping_workflow_under_a_live_master_is_not_stalled_but_an_anomaly() {
+    let v = view();
+    let mut stopping = wf(1, Some("m1:5678"));
+    stopping.state = 4;
+    let mut pausing = wf(2, Some("m1:5678"));
+    pausing.state = 2;
+    let running = wf(3, Some("m1:5678"));
+    let f = run(&v, &[stopping, pausing, running], 100_000, &recovering());
+    let ids: Vec<i64> = f.iter().map(|f| f.workflow.id).collect();
+    assert_eq!(ids, vec![3], "only RUNNING_EXECUTION is workflow_stalled");
+    // under a lost master READY_STOP stays workflow_master_lost
+    let mut v = view();
+    v.remove(NodeKind::Master, "m1:5678", t(0));
+    let mut stopping = wf(1, Some("m1:5678"));
+    stopping.state = 4;
+    let f = run(&v, &[stopping], 100_000, &recovering());
+    assert_eq!(f[0].reason, WorkflowReason::WorkflowMasterLost);
+}

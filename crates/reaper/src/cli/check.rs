@@ -32,6 +32,11 @@ pub(super) async fn check(s: Settings, format: Format, observe: Duration) -> u8 
         Ok((line, _, _)) => engine.check_ghosts(*line).await,
         Err(_) => Ok(Vec::new()),
     };
+    // SPEC §16 after the task, workflow and ghost findings; never written, never audited
+    let anomalies = match &result {
+        Ok(_) => engine.check_anomalies().await,
+        Err(_) => Ok(Vec::new()),
+    };
     engine.close().await;
     cancel.cancel();
     let (line, plan, findings) = match result {
@@ -43,6 +48,13 @@ pub(super) async fn check(s: Settings, format: Format, observe: Duration) -> u8 
     };
     let ghosts: Vec<GhostView> = match ghosts {
         Ok(g) => g.iter().map(GhostView::new).collect(),
+        Err(e) => {
+            eprintln!("ds-reaper: {e}");
+            return EXIT_UNREACHABLE;
+        }
+    };
+    let anomalies = match anomalies {
+        Ok(a) => a,
         Err(e) => {
             eprintln!("ds-reaper: {e}");
             return EXIT_UNREACHABLE;
@@ -64,6 +76,7 @@ pub(super) async fn check(s: Settings, format: Format, observe: Duration) -> u8 
                 "zombies": zombies,
                 "workflows": workflows,
                 "ghosts": ghosts,
+                "anomalies": anomalies,
             });
             println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
         }
@@ -72,9 +85,10 @@ pub(super) async fn check(s: Settings, format: Format, observe: Duration) -> u8 
             print_table(line, plan.candidates, &zombies);
             print_workflows(&workflows);
             print_ghosts(&ghosts);
+            super::anomalies::print_anomalies(&anomalies, now);
         }
     }
-    if zombies.is_empty() && workflows.is_empty() && ghosts.is_empty() {
+    if zombies.is_empty() && workflows.is_empty() && ghosts.is_empty() && anomalies.is_empty() {
         EXIT_OK
     } else {
         EXIT_FOUND

@@ -4,6 +4,7 @@
 //! each command. The commands that connect have a module each (`check` with
 //! its table in `output`, `reap`) and share `connect`.
 
+mod anomalies;
 mod args;
 mod check;
 mod connect;

@@ -278,6 +278,10 @@ pub struct Reconcile {
     /// SPEC §15: how long a listed task's row must say it is over.
     #[serde(with = "values::duration")]
     pub ghost_after: Duration,
+    /// SPEC §16: queued task rows (SUBMITTED, DISPATCH, DELAY) older than this
+    /// under a live master are `dispatch_stalled`; also the serial wait's bound.
+    #[serde(with = "values::period")]
+    pub dispatch_stall_after: Duration,
 }
 
 impl Default for Reconcile {
@@ -301,6 +305,7 @@ impl Default for Reconcile {
             workflow_grace_period: secs(900),
             workflow_stall_after: secs(1800),
             ghost_after: secs(120),
+            dispatch_stall_after: secs(1800),
         }
     }
 }

@@ -12,11 +12,14 @@ mod act;
 #[cfg(test)]
 mod ghost_tests;
 mod ghosts;
+mod anomalies;
 mod line;
 mod reap;
 mod sweep;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_anomalies;
 mod workflows;
 
 pub use act::ActionResult;
@@ -97,6 +100,8 @@ pub struct Status {
     pub workflows: Arc<Vec<reaper_core::workflow::WorkflowFinding>>,
     /// The ghost processes of the last sweep (SPEC §15).
     pub ghosts: Arc<Vec<reaper_core::ghost::Ghost>>,
+    /// Stuck under a live owner, of the last sweep (SPEC §16).
+    pub anomalies: Arc<Vec<reaper_core::anomaly::Anomaly>>,
     /// One point per completed sweep of the last hour, oldest first, for
     /// the status page's charts.
     pub history: std::collections::VecDeque<SweepPoint>,
@@ -124,6 +129,8 @@ struct SweepState {
     seen: HashMap<i64, Reason>,
     /// Workflow findings already reported, by workflow instance id.
     workflows_seen: HashMap<i64, reaper_core::workflow::WorkflowReason>,
+    /// Anomalies already audited, by [`reaper_core::anomaly::Anomaly::key`].
+    anomalies_seen: std::collections::HashSet<String>,
     last_full: Option<Instant>,
     schema: Option<reaper_core::ports::SchemaInfo>,
     warned_states: Option<DsLine>,

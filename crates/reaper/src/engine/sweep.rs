@@ -191,6 +191,9 @@ impl Engine {
         // sweep reads its own, so the two never add up (at 100,000 live rows
         // each is tens of MiB).
         let candidate_count = candidates.len();
+        let anomalies = self
+            .task_anomalies(line, &candidates, &states, &view, now)
+            .await;
         drop(candidates);
 
         // Workflows after tasks: one view, one budget (SPEC §13).
@@ -229,6 +232,8 @@ impl Engine {
             hold: None,
             ..after_ghosts
         };
+        self.publish_anomalies(&mut st, anomalies, &wf.stopping, &view, line, now)
+            .await;
 
         summary.result = SweepResult::Ok;
         summary.candidates = candidate_count;

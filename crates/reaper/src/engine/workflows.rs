@@ -20,6 +20,8 @@ pub(super) struct WorkflowSweep {
     pub findings: usize,
     pub actions: usize,
     pub next: SafetyState,
+    /// The candidates in READY_PAUSE / READY_STOP, for SPEC §16.
+    pub stopping: Vec<WorkflowCandidate>,
 }
 
 impl Engine {
@@ -62,6 +64,7 @@ impl Engine {
             findings: 0,
             actions: 0,
             next,
+            stopping: Vec::new(),
         };
         if !self.settings.reconcile.workflows {
             return idle(safety);
@@ -135,6 +138,7 @@ impl Engine {
             findings: findings.len(),
             actions,
             next,
+            stopping: super::anomalies::stopping(&workflows),
         }
     }
 

@@ -5,6 +5,7 @@
 //! workers with their agents, masters, losses and the latest audit records.
 //! Ages read "12 s ago" with the exact time on hover; it refreshes itself.
 
+mod anomalies;
 mod chart;
 mod format;
 mod ghosts;
@@ -41,6 +42,8 @@ pub struct Page {
     pub workflows: Vec<WorkflowView>,
     /// Processes that should not be running (SPEC §15).
     pub ghosts: Vec<GhostView>,
+    /// Stuck under a live owner (SPEC §16), of the last sweep.
+    pub anomalies: Vec<reaper_core::anomaly::Anomaly>,
     /// The latest audit records, oldest first.
     pub recent: Vec<Record>,
     /// One point per completed sweep of the last hour, oldest first.
@@ -86,6 +89,7 @@ fn render_in_lang(p: &Page) -> String {
     zombies(&mut h, p);
     workflows(&mut h, p);
     ghosts::ghosts(&mut h, p);
+    anomalies::anomalies(&mut h, p);
     workers(&mut h, p);
     h.push_str("<div class=\"two\">");
     section(
@@ -119,6 +123,7 @@ fn render_in_lang(p: &Page) -> String {
         "<footer class=\"muted\">JSON: <a href=\"/api/v1/status\">status</a> · \
          <a href=\"/api/v1/zombies\">zombies</a> · <a href=\"/api/v1/workflows\">workflows</a> · \
          <a href=\"/api/v1/ghosts\">ghosts</a> · \
+         <a href=\"/api/v1/anomalies\">anomalies</a> · \
          <a href=\"/api/v1/workers\">workers</a> · <a href=\"/api/v1/audit\">audit</a> · \
          <a href=\"/metrics\">metrics</a></footer></main></body></html>",
     );

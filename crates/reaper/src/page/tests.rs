@@ -82,6 +82,7 @@ fn quiet_page(now: Instant) -> Page {
         zombie_reasons: vec![],
         workflows: vec![],
         ghosts: vec![],
+        anomalies: vec![],
         recent: vec![],
         history: vec![],
         now,
