@@ -9,10 +9,10 @@
 //! - [`ghosts`]: processes that should not be running (SPEC §15) and their kill orders.
 
 mod act;
+mod anomalies;
 #[cfg(test)]
 mod ghost_tests;
 mod ghosts;
-mod anomalies;
 mod line;
 mod reap;
 mod sweep;
