@@ -443,6 +443,11 @@ pub struct Agent {
     /// in `exec`); empty: derived from `exec_base`.
     #[serde(with = "values::blank_absolute_path")]
     pub process_dir: Option<PathBuf>,
+    /// The worker's task log folder (DS's logback `log.base`, as an absolute
+    /// path): also read YARN application ids from task logs (SPEC §17);
+    /// empty: only from `appInfo.log`.
+    #[serde(with = "values::blank_absolute_path")]
+    pub task_log_base: Option<PathBuf>,
     #[serde(with = "values::period")]
     pub scan_interval: Duration,
     /// Under the registry root.
@@ -485,6 +490,7 @@ impl Default for Agent {
             worker: AgentWorker::Auto,
             exec_base: "/tmp/dolphinscheduler".into(),
             process_dir: None,
+            task_log_base: None,
             scan_interval: secs(10),
             path: "ds-reaper/agents".into(),
             listen: addr("127.0.0.1:9478"),
