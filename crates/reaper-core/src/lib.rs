@@ -34,6 +34,7 @@ pub mod ports;
 pub mod rate;
 pub mod reason;
 pub mod registry;
+pub mod remote;
 pub mod view;
 pub mod workflow;
 pub mod zone;

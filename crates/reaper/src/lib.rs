@@ -22,3 +22,4 @@ pub mod telemetry;
 #[doc(hidden)]
 pub mod testkit;
 pub mod views;
+pub mod yarn;

@@ -31,6 +31,9 @@ pub struct Metrics {
     pub agents: IntGaugeVec,
     pub workflow_zombies: IntGaugeVec,
     pub workflow_actions_total: IntCounterVec,
+    /// SPEC §17.
+    pub remote_apps: IntGaugeVec,
+    pub remote_app_kills_total: IntCounterVec,
 }
 
 fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, m: T) -> T {
@@ -172,6 +175,28 @@ impl Metrics {
                 )
                 .expect("static metric definition"),
             ),
+            remote_apps: reg(
+                &r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "remote_apps",
+                        "YARN applications of the last sweep's zombies, by the RM's state",
+                    ),
+                    &["state"],
+                )
+                .expect("static metric definition"),
+            ),
+            remote_app_kills_total: reg(
+                &r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "remote_app_kills_total",
+                        "YARN application kills asked of the RM",
+                    ),
+                    &["result"],
+                )
+                .expect("static metric definition"),
+            ),
             registry: r,
         };
         // Pre-create the label sets so dashboards and alerts see zeros, not gaps.
@@ -201,6 +226,12 @@ impl Metrics {
         }
         for state in ["fresh", "stale"] {
             m.agents.with_label_values(&[state]).set(0);
+        }
+        for state in crate::engine::REMOTE_APP_STATES {
+            m.remote_apps.with_label_values(&[state]).set(0);
+        }
+        for result in ["killed", "error"] {
+            m.remote_app_kills_total.with_label_values(&[result]);
         }
         m.set_build_info("unknown");
         m

@@ -45,6 +45,7 @@ pub struct Settings {
     pub agent: Agent,
     pub audit: Audit,
     pub log: Log,
+    pub yarn: super::yarn::Yarn,
 
     /// Read-only copies of a few keys for callers still written against the
     /// flat settings of before (engine.rs, http.rs); filled by the loader and
@@ -82,6 +83,7 @@ impl Default for Settings {
             agent: Default::default(),
             audit: Default::default(),
             log: Default::default(),
+            yarn: Default::default(),
             version: VersionSetting::Auto,
             grace_period: Duration::ZERO,
             full_scan_interval: Duration::ZERO,
@@ -356,6 +358,8 @@ pub struct PolicySection {
     pub workflow: FollowUp,
     pub workflow_master_lost: WorkflowAction,
     pub workflow_stalled: StalledAction,
+    /// SPEC §17: kill a task's live YARN applications before acting on it.
+    pub kill_remote_apps: bool,
     pub rules: Vec<RuleEntry>,
 }
 
@@ -371,6 +375,7 @@ impl Default for PolicySection {
             workflow: FollowUp::None,
             workflow_master_lost: WorkflowAction::Report,
             workflow_stalled: StalledAction::Report,
+            kill_remote_apps: false,
             rules: Vec::new(),
         }
     }

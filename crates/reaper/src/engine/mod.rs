@@ -10,6 +10,7 @@
 mod act;
 mod line;
 mod reap;
+mod remote;
 mod sweep;
 #[cfg(test)]
 mod tests;
@@ -18,6 +19,7 @@ mod workflows;
 pub use act::ActionResult;
 pub use line::resolve_line;
 pub use reap::{PreparedReap, ReapError, ReapRequest};
+pub use remote::REMOTE_APP_STATES;
 
 use crate::audit::Audit;
 use crate::config::Settings;
@@ -152,6 +154,9 @@ pub struct Engine {
     status: RwLock<Status>,
     state: tokio::sync::Mutex<SweepState>,
     started: Instant,
+    /// SPEC §17: the RMs and the ids learned; None with `[yarn]` off.
+    rm: Option<crate::yarn::Rm>,
+    known_apps: Option<Arc<crate::yarn::KnownApps>>,
 }
 
 pub type SharedEngine = Arc<Engine>;
@@ -160,6 +165,12 @@ impl Engine {
     pub fn new(settings: Settings, ports: Ports, metrics: Metrics) -> Engine {
         let audit = Arc::new(Audit::new(settings.audit.path.clone()));
         let started = ports.clock.now();
+        let rm = crate::yarn::Rm::new(&settings.yarn);
+        let known_apps = rm.as_ref().map(|_| {
+            Arc::new(crate::yarn::KnownApps::load(
+                crate::yarn::KnownApps::beside(&settings.audit.path),
+            ))
+        });
         Engine {
             settings,
             store: ports.store,
@@ -171,6 +182,8 @@ impl Engine {
             status: RwLock::new(Status::default()),
             state: tokio::sync::Mutex::new(SweepState::default()),
             started,
+            rm,
+            known_apps,
         }
     }
 

@@ -143,6 +143,13 @@ impl Engine {
             .await;
         self.record_brake(was_engaged, &plan, line, now).await;
 
+        // SPEC §17: a task whose YARN application may still run is held.
+        let remote_gate = Gate {
+            valid_since,
+            leader_only: true,
+        };
+        self.judge_remote_apps(&mut plan.zombies, &view, line, remote_gate)
+            .await;
         let zombies = Arc::new(std::mem::take(&mut plan.zombies));
         let mut per_reason: BTreeMap<Reason, i64> = Reason::ALL.iter().map(|r| (*r, 0)).collect();
         for z in zombies.iter() {
