@@ -22,3 +22,4 @@ mod prometheus;
 mod safety;
 mod secrets;
 mod workflows;
+mod yarn;
