@@ -219,6 +219,25 @@ async fn a_running_application_holds_its_lost_task_and_kill_ends_it_first() -> a
             .await?,
         Some(2.0)
     );
+    // Not even a forced manual reap writes while the applications run.
+    let cli = CliConfig::new(
+        db.url(),
+        &root,
+        &format!("[yarn]\nresource_managers = [\"{}\"]\n", yarn.url),
+    )?;
+    std::fs::copy(&ids_file, cli.dir.path().join("remote-apps.jsonl"))?;
+    let (code, out, err) = cli
+        .run(
+            &["reap", "--task-id", &task.to_string(), "--force", "--yes"],
+            &[],
+        )
+        .await?;
+    assert_ne!(code, 0, "stdout {out}\nstderr {err}");
+    assert!(
+        err.contains("remote_app_running") && err.contains(&app1),
+        "{err}"
+    );
+    assert_eq!(db.task_state(task).await?.state, 1, "the reap was refused");
 
     // The RM down: a daemon pointed at a dead RM holds (remote_app_unknown),
     // and a daemon with kill on does not write either.
