@@ -177,6 +177,62 @@ mod tests {
         );
     }
 
+    fn zombie(disposition: Disposition) -> Zombie {
+        Zombie {
+            task: crate::Candidate::new(7, "SPARK", 1, Some("10.0.0.11:1234")),
+            state_name: "RUNNING_EXECUTION".into(),
+            reason: crate::Reason::WorkerLost,
+            evidence: crate::Evidence::default(),
+            owner_master: None,
+            owner_master_alive: true,
+            action: crate::Action::Fail,
+            workflow: crate::FollowUp::None,
+            note: None,
+            disposition,
+        }
+    }
+
+    #[test]
+    fn only_a_zombie_about_to_be_acted_on_is_held_and_every_one_shows_its_apps() {
+        let apps = vec![app("application_1_1", Some("RUNNING"))];
+        let mut z = zombie(Disposition::Act);
+        apply(&mut z, apps.clone(), &decide(&apps, false));
+        assert_eq!(
+            z.disposition,
+            Disposition::Blocked(Blocked::RemoteAppRunning)
+        );
+        assert_eq!(z.note.as_deref(), Some(REMOTE_APP_RUNNING));
+        assert_eq!(z.evidence.remote_apps, apps);
+
+        // a kill that was not carried out holds as running
+        let mut z = zombie(Disposition::Act);
+        apply(
+            &mut z,
+            apps.clone(),
+            &RemoteDecision::Kill(vec!["application_1_1".into()]),
+        );
+        assert_eq!(
+            z.disposition,
+            Disposition::Blocked(Blocked::RemoteAppRunning)
+        );
+
+        let unknown = vec![app("application_1_1", None)];
+        let mut z = zombie(Disposition::Act);
+        apply(&mut z, unknown.clone(), &decide(&unknown, true));
+        assert_eq!(z.note.as_deref(), Some(REMOTE_APP_UNKNOWN));
+
+        let mut z = zombie(Disposition::Report);
+        apply(&mut z, apps.clone(), &decide(&apps, false));
+        assert_eq!(z.disposition, Disposition::Report);
+        assert_eq!(z.note, None);
+        assert_eq!(z.evidence.remote_apps, apps);
+
+        let done = vec![app("application_1_1", Some("KILLED"))];
+        let mut z = zombie(Disposition::Act);
+        apply(&mut z, done.clone(), &decide(&done, false));
+        assert_eq!(z.disposition, Disposition::Act);
+    }
+
     #[test]
     fn application_ids_are_recognised() {
         assert!(is_app_id("application_1700000000000_0001"));

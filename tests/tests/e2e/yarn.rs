@@ -238,6 +238,36 @@ async fn a_running_application_holds_its_lost_task_and_kill_ends_it_first() -> a
         "{err}"
     );
     assert_eq!(db.task_state(task).await?.state, 1, "the reap was refused");
+    // `check` shows the applications with the RM's states.
+    let (_, out, err) = cli.run(&["check", "--format", "json"], &[]).await?;
+    let v: serde_json::Value =
+        serde_json::from_str(&out).map_err(|e| anyhow::anyhow!("{e}: {out}\n{err}"))?;
+    let found = v["zombies"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|z| z["task_id"] == task)
+        .cloned()
+        .unwrap_or_default();
+    let states: Vec<_> = found["remote_apps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|a| {
+            (
+                a["id"].as_str().unwrap_or_default().to_string(),
+                a["state"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [
+            (app1.clone(), serde_json::json!("ACCEPTED")),
+            (app2.clone(), serde_json::json!("ACCEPTED"))
+        ],
+        "{out}"
+    );
 
     // The RM down: a daemon pointed at a dead RM holds (remote_app_unknown),
     // and a daemon with kill on does not write either.

@@ -327,7 +327,17 @@ impl Engine {
             ..SafetyState::default()
         };
         let now = self.now();
-        let plan = plan(&view, &candidates, now, &policy, &safety);
+        let mut plan = plan(&view, &candidates, now, &policy, &safety);
+        // SPEC §17: the applications' states in the findings; nothing is
+        // killed, since the hold above blocks every zombie.
+        if let Some(valid_since) = view.valid_since() {
+            let gate = Gate {
+                valid_since,
+                leader_only: false,
+            };
+            self.judge_remote_apps(&mut plan.zombies, &view, line, gate)
+                .await;
+        }
         let workflows = if self.settings.reconcile.workflows {
             let (wf_states, _) = self.settings.workflow_states(line);
             let wfs = match self
