@@ -3,9 +3,10 @@
 //! hadoop-client-minicluster from Maven Central, cached outside the
 //! repository), real applications that stay ACCEPTED (their AM command only
 //! sleeps), a real agent reading their ids from `appInfo.log` and from the
-//! task's log, and the daemon. Opt-in (the mini cluster needs a JDK, Maven
-//! and about a minute): `YARN_TESTS=1`, as `scripts/yarn.sh` sets; skipped
-//! otherwise, failed under CI=true with YARN_TESTS=1 when Java is missing.
+//! task's log, and the daemon. Needs a JDK and Maven (`tests/yarn/launch.sh
+//! prepare`: about 20 s cold) and runs about a minute: on with `YARN_TESTS=1`,
+//! as `scripts/test.sh` and `scripts/yarn.sh` set, skipped (and said so)
+//! otherwise; with it set, a launcher that cannot start fails the test.
 
 use ds_sim::db::{SimKind, TaskSpec, WorkflowSpec};
 use ds_sim::procs::{ExecBase, DEFINITION, DEFINITION_VERSION};
