@@ -93,7 +93,8 @@ else
   fi
   for alert in DsReaperZombiesPresent DsReaperActionsFailing DsReaperBrakeEngaged DsReaperDown \
                DsReaperRegistryViewInvalid DsReaperSweepsStale DsReaperWorkflowStalled \
-               DsReaperWorkflowMasterLost DsReaperAgentStale DsReaperProcessGone; do
+               DsReaperWorkflowMasterLost DsReaperAgentStale DsReaperProcessGone \
+               DsReaperGhostProcess; do
     if ! grep -q "alert: $alert\$" deploy/prometheus/alerts.yml; then
       fail "alerts.yml lacks the required alert $alert"
     fi
@@ -117,7 +118,7 @@ for d in 'Type=notify' 'NotifyAccess=main' 'WatchdogSec=' 'Restart=on-failure' '
          'ProtectKernelLogs=yes' 'RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX' \
          'StateDirectory=ds-reaper' 'CapabilityBoundingSet=' 'EnvironmentFile=-/etc/ds-reaper/env' \
          'TimeoutStopSec=15' \
-         'ExecStart=/usr/local/bin/ds-reaper --config /etc/ds-reaper/config.toml run'; do
+         'ExecStart=/usr/bin/ds-reaper --config /etc/ds-reaper/config.toml run'; do
   grep -qxF -- "$d" "$UNIT" || grep -qx -- "${d}.*" "$UNIT" || fail "$UNIT lacks '$d'"
 done
 if command -v systemd-analyze >/dev/null; then
@@ -128,7 +129,7 @@ if command -v systemd-analyze >/dev/null; then
     if [ -x "$cand" ]; then bin="$ROOT/$cand"; break; fi
   done
   cp "$UNIT" "$TMP/ds-reaper.service"
-  sed -i "s#^ExecStart=/usr/local/bin/ds-reaper #ExecStart=$bin #" "$TMP/ds-reaper.service"
+  sed -i "s#^ExecStart=/usr/bin/ds-reaper #ExecStart=$bin #" "$TMP/ds-reaper.service"
   # verify exits 0 on unknown or misspelt directives and only prints them, so
   # any line naming the unit counts as a failure.
   out=$(cd "$TMP" && systemd-analyze verify --man=no ./ds-reaper.service 2>&1)
@@ -173,7 +174,7 @@ AUNIT=deploy/systemd/ds-reaper-agent.service
 for d in 'Type=notify' 'WatchdogSec=' 'User=ds-reaper' 'NoNewPrivileges=yes' 'ProtectSystem=strict' \
          'AmbientCapabilities=CAP_SYS_PTRACE CAP_DAC_READ_SEARCH' \
          'CapabilityBoundingSet=CAP_SYS_PTRACE CAP_DAC_READ_SEARCH' \
-         'ExecStart=/usr/local/bin/ds-reaper --config /etc/ds-reaper/config.toml agent'; do
+         'ExecStart=/usr/bin/ds-reaper --config /etc/ds-reaper/config.toml agent'; do
   grep -qxF -- "$d" "$AUNIT" || grep -qx -- "${d}.*" "$AUNIT" || fail "$AUNIT lacks '$d'"
 done
 if grep -qE '^(ProtectProc=(invisible|noaccess|ptraceable)|ProcSubset=pid|PrivateUsers=|PrivateNetwork=yes)' "$AUNIT"; then
@@ -181,7 +182,7 @@ if grep -qE '^(ProtectProc=(invisible|noaccess|ptraceable)|ProcSubset=pid|Privat
 fi
 if command -v systemd-analyze >/dev/null; then
   cp "$AUNIT" "$TMP/ds-reaper-agent.service"
-  sed -i "s#^ExecStart=/usr/local/bin/ds-reaper #ExecStart=${bin:-/bin/true} #" "$TMP/ds-reaper-agent.service"
+  sed -i "s#^ExecStart=/usr/bin/ds-reaper #ExecStart=${bin:-/bin/true} #" "$TMP/ds-reaper-agent.service"
   out=$(cd "$TMP" && systemd-analyze verify --man=no ./ds-reaper-agent.service 2>&1)
   rc=$?
   if [ $rc -ne 0 ] || echo "$out" | grep -q 'ds-reaper-agent.service'; then
@@ -204,7 +205,7 @@ if ! diff <(directives "$AUNIT") <(directives "$KUNIT") >"$TMP/kill-unit.diff"; 
 fi
 if command -v systemd-analyze >/dev/null; then
   cp "$KUNIT" "$TMP/ds-reaper-agent-kill.service"
-  sed -i "s#^ExecStart=/usr/local/bin/ds-reaper #ExecStart=${bin:-/bin/true} #" "$TMP/ds-reaper-agent-kill.service"
+  sed -i "s#^ExecStart=/usr/bin/ds-reaper #ExecStart=${bin:-/bin/true} #" "$TMP/ds-reaper-agent-kill.service"
   out=$(cd "$TMP" && systemd-analyze verify --man=no ./ds-reaper-agent-kill.service 2>&1)
   rc=$?
   if [ $rc -ne 0 ] || echo "$out" | grep -q 'ds-reaper-agent-kill.service'; then

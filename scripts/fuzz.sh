@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every cargo-fuzz target for SECONDS each (default 60): the parsers of
 # outside data (heartbeats of every line, agent reports, registry contents
-# through the membership, the config file and DS_REAPER__ variables, the HTTP
-# API's reap body). Seeds from fuzz/seeds/<target>; the growing corpus and any
+# through the membership, the agent's execute paths and command files, JDBC
+# registry rows, the config file and DS_REAPER__ variables, the HTTP API's
+# reap path and body and audit limit). Seeds from fuzz/seeds/<target>; the growing corpus and any
 # crash artifacts live outside the repository (FUZZ_DIR, default
 # /var/tmp/ds-reaper-fuzz). Exits non-zero when a target finds a crash: turn
 # the artifact into a regression test before fixing it.

@@ -6,7 +6,7 @@
 #   scripts/real-ds.sh [--version V]... [--db mysql|postgres]... [SCENARIO...]
 # Defaults: every version whose jars are in the cache or resolvable (3.1.1 from Maven Central; a
 # version built with tests/real-ds/launch.sh build-from-source, e.g. 3.2.2, once built), mysql, and
-# the scenarios fidelity worker-kill zombie zombie-fail reap sigstop. tests/real-ds/scenarios.py --help
+# the scenarios fidelity worker-kill zombie zombie-fail reap sigstop ghost. tests/real-ds/scenarios.py --help
 # says what each checks. A missing Maven artifact or JVM fails the run (never a skip).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +28,7 @@ if [[ ${#versions[@]} -eq 0 ]]; then
   done
 fi
 [[ ${#dbs[@]} -gt 0 ]] || dbs=(mysql)
-[[ ${#scen[@]} -gt 0 ]] || scen=(fidelity worker-kill zombie zombie-fail reap sigstop)
+[[ ${#scen[@]} -gt 0 ]] || scen=(fidelity worker-kill zombie zombie-fail reap sigstop ghost)
 
 command -v java >/dev/null || { echo "real-ds: no java on PATH (DS needs a JDK 17)" >&2; exit 1; }
 command -v mvn >/dev/null || { echo "real-ds: no mvn on PATH (DS's jars are resolved with Maven)" >&2; exit 1; }

@@ -17,9 +17,9 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== build binaries (the end-to-end tests start them as processes)"
 cargo build --workspace --bins --locked
 echo "== real-DS smoke, in the background until the end-to-end suite (tests/real-ds: DS's own master,"
-echo "   workers and API server from Maven Central; fidelity + zombie; scripts/real-ds.sh runs every scenario)"
+echo "   workers and API server from Maven Central; fidelity, zombie, ghost; scripts/real-ds.sh runs every scenario)"
 realds_log=$(mktemp /tmp/ds-reaper-realds.XXXXXX.log)
-python3 tests/real-ds/scenarios.py --version "${REALDS_VERSION:-3.1.1}" fidelity zombie >"$realds_log" 2>&1 &
+python3 tests/real-ds/scenarios.py --version "${REALDS_VERSION:-3.1.1}" fidelity zombie ghost >"$realds_log" 2>&1 &
 realds_pid=$!
 echo "== YARN ResourceManager jars for the e2e yarn test, in the background (tests/yarn: a MiniYARNCluster"
 echo "   from Maven Central into /var/tmp/ds-reaper-services/yarn; cold about 20 s, the test about 60 s)"
@@ -28,6 +28,8 @@ bash tests/yarn/launch.sh prepare >"$yarn_log" 2>&1 &
 yarn_pid=$!
 echo "== deployment artifacts (promtool, systemd-analyze, dashboard, manifests)"
 bash scripts/check-deploy.sh
+echo "== the .deb, installed into an empty root (the debug binary just built; scripts/package.sh makes the release packages)"
+bash scripts/check-package.sh
 echo "== cargo test"
 # Integration tests share one ZooKeeper and one server per database; each test
 # uses its own ZooKeeper root and its own database, so they run in parallel.

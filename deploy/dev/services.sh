@@ -66,6 +66,8 @@ install_missing() {
   command -v chromium >/dev/null || pkgs+=(chromium)
   # a CJK font, so the Chinese status page's screenshot shows characters, not boxes
   [[ -e /usr/share/fonts/truetype/wqy/wqy-zenhei.ttc ]] || pkgs+=(fonts-wqy-zenhei)
+  # systemd-analyze verify of the units and systemd-sysusers in the .deb's postinst (scripts/check-package.sh)
+  command -v systemd-analyze >/dev/null && command -v systemd-sysusers >/dev/null || pkgs+=(systemd)
   # DS's etcd registry (reaper-etcd, ds-sim), and protoc for the etcd-client crate's build
   command -v etcd >/dev/null || pkgs+=(etcd-server)
   command -v etcdctl >/dev/null || pkgs+=(etcd-client)

@@ -9,6 +9,7 @@
 #   - steady RSS/CPU with 2,000 workers and 100,000 live rows
 #   - etcd registry: node removal -> view update (reaper-etcd's ignored bench_latency test)
 #   - the agent: scan cost and RSS (reaper-agent's scan_bench), process exit -> FAILURE
+#   - ghost detection: a sweep with 2,000 agents x 20 listed tasks vs none (<= 1.3x)
 #   - DS's JDBC registry: row removal -> view update, one poll with 2,000 workers
 # Needs the local services (deploy/dev/services.sh). Not part of CI.
 # Usage: scripts/bench/all.sh          full run (the sweep bench fills 1M and 5M rows: slow)
@@ -187,6 +188,15 @@ if run agent_latency cargo test --release -q -p reaper-e2e bench_process_exit_to
     "$(verdict "$(result agent_latency agent_detect_max_s)" "<=" 7)"
 else
   row "agent: process exit -> row FAILURE" "-" "" "FAILED"
+fi
+
+# 7b. ghost detection (SPEC §15): a sweep with 2,000 agents x 20 listed tasks vs none ---
+if run ghost_sweep cargo test --release -q -p reaper-e2e bench_ghost_sweep -- --ignored --nocapture; then
+  row "ghosts: sweep, 2,000 agents x 20 listed tasks vs no agents (40,000 rows; with / without)" \
+    "$(result ghost_sweep ghost_sweep_ratio)x ($(result ghost_sweep ghost_sweep_with_ms) / $(result ghost_sweep ghost_sweep_without_ms) ms)" \
+    "<= 1.3x" "$(verdict "$(result ghost_sweep ghost_sweep_ratio)" "<=" 1.3)"
+else
+  row "ghosts: sweep with 2,000 agents x 20 listed tasks" "-" "" "FAILED"
 fi
 
 # 8. DS's JDBC registry: removal -> view, one poll with 2,000 workers ----------------

@@ -16,7 +16,11 @@ Scenarios (one DS cluster per run: 1 master, 2 workers, the API server; launch.s
                again, consumes the command and runs the workflow to SUCCESS
   zombie-fail  the same with `fail` + `recover`
   reap         the same zombie, written by `ds-reaper reap --task-id N --workflow recover --yes`
-  sigstop      a worker frozen (SIGSTOP) past its registry session: DS's reaction, ds-reaper's view
+  sigstop      a worker frozen (SIGSTOP) past its registry session, thawed within ds-reaper's grace:
+               DS's reaction; ds-reaper writes nothing
+  ghost        kill -9 of a busy worker's JVM: DS fails the task over and its process lives on; with the
+               worker back, the agent's listing makes it a ghost, killed on the daemon's order (policy
+               kill, agent.allow_kill); the new attempt runs on; no DS row written
 
 Exit status 1 when any scenario fails. Python 3 stdlib only; nothing of DS's is written by hand:
 workflows go through DS's REST API (api.py), DS's rows are only read.
@@ -211,8 +215,9 @@ class Cluster:
 class Reaper:
     """ds-reaper (daemon) and its agents on the DS run's workers."""
 
-    def __init__(self, binary, cluster, policy, tag, grace="15s"):
+    def __init__(self, binary, cluster, policy, tag, grace="15s", allow_kill=False):
         self.bin, self.c, self.policy, self.grace = binary, cluster, policy, grace
+        self.allow_kill = allow_kill
         self.dir = cluster.dir / f"reaper-{tag}"
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir(parents=True)
@@ -242,6 +247,7 @@ startup_settle = "5s"
 process_gone_after = "20s"
 agent_stale_after = "20s"
 workflow_grace_period = "20s"
+ghost_after = "10s"
 [policy]
 {pol}
 [http]
@@ -254,6 +260,7 @@ level = "info"
 """
 
     def agent_config(self, i):
+        kill = 'allow_kill = true\nkill_grace = "5s"\n' if self.allow_kill else ""
         return f"""[registry]
 type = "zookeeper"
 [zookeeper]
@@ -264,7 +271,7 @@ worker = "{Cluster.worker_node(i)}"
 exec_base = "{self.c.dir / f'worker-{i}' / 'data'}"
 scan_interval = "2s"
 listen = "127.0.0.1:{AGENT_PORT + i}"
-[log]
+{kill}[log]
 format = "pretty"
 level = "info"
 """
@@ -532,8 +539,64 @@ def s_sigstop(c, binary):
         cancel_running(c)
 
 
+def command_file_pids(wf, task_id):
+    """Processes running task `task_id`'s 3.1 command file (`<wf>_<task>.command`)."""
+    out = []
+    for p in pathlib.Path("/proc").glob("[0-9]*"):
+        try:
+            cmd = (p / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if f"/{wf}_{task_id}.command" in cmd or f"/{wf}_{task_id}.sh" in cmd:
+            out.append(int(p.name))
+    return out
+
+
+def s_ghost(c, binary):
+    """DS's own worker failover leaves the killed worker's task processes running (FINDINGS §5.1): once
+    the worker is back (its agent sees again), the orphan is a ghost of a flag-0 row; with
+    `ghost_process = "kill"` and `agent.allow_kill` the orphan's tree dies, the new attempt runs on, and
+    nothing of DS's is written."""
+    wf = c.run_workflow("ghost", ["sleep 300"])
+    task = [t for t in c.tasks() if t["wf"] == wf][0]
+    wi = c.worker_index(task["host"])
+    r = Reaper(binary, c, {**RECOMMENDED, "ghost_process": "kill"}, "ghost", allow_kill=True)
+    try:
+        r.start()
+        if r.status_code("/api/v1/ghosts") == 404:
+            raise Failed("this ds-reaper has no /api/v1/ghosts")
+        orphans = command_file_pids(wf, task["id"])
+        check(orphans, f"no process runs task {task['id']}'s command file")
+        say(f"kill -9 of worker-{wi}'s JVM; task {task['id']} processes {orphans} stay")
+        c.stop(f"worker-{wi}", "KILL")
+        t0 = time.monotonic()
+        wait_for("DS's own failover", lambda: any(t["id"] == task["id"] and t["flag"] == 0 for t in c.tasks()), 240)
+        ds_s = round(time.monotonic() - t0)
+        c.restart(f"worker-{wi}")
+        c.wait_registered()
+        seen = wait_for(f"ghost {task['id']} in /api/v1/ghosts",
+                        lambda: [g for g in r.get("/api/v1/ghosts").get("ghosts", []) if g.get("task_id") == task["id"]],
+                        240)
+        ghost_s = round(time.monotonic() - t0)
+        wait_for("the orphan's processes to end", lambda: not command_file_pids(wf, task["id"]), 120)
+        kill_s = round(time.monotonic() - t0)
+        wait_for("the kill's audit outcome",
+                 lambda: [a for a in r.audit() if a.get("kind") == "process" and a.get("event") == "done"], 60)
+        rows = [t for t in c.tasks() if t["wf"] == wf]
+        live = [t for t in rows if t["flag"] == 1]
+        check(len(live) == 1 and live[0]["state"] == 1, f"the new attempt must run on: {rows}")
+        check(command_file_pids(wf, live[0]["id"]), f"the new attempt {live[0]['id']} has no process any more")
+        task_writes = [a for a in r.writes() if a.get("kind") != "process"]
+        check(not task_writes, f"ds-reaper wrote DS rows: {task_writes}")
+        return (f"DS failed over in {ds_s}s; ghost reported at {ghost_s}s ({seen[0].get('row_state')}, "
+                f"flag {seen[0].get('row_flag')}), killed by {kill_s}s; new attempt untouched")
+    finally:
+        r.stop()
+        cancel_running(c)
+
+
 SCENARIOS = {"fidelity": s_fidelity, "worker-kill": s_worker_kill, "zombie": s_zombie,
-             "zombie-fail": s_zombie_fail, "reap": s_reap, "sigstop": s_sigstop}
+             "zombie-fail": s_zombie_fail, "reap": s_reap, "sigstop": s_sigstop, "ghost": s_ghost}
 
 
 def main():

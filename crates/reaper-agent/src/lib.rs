@@ -59,12 +59,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// `agent.kill_grace` by default: time for a task to end on SIGTERM (write
-/// its last output, remove its temporary files) before SIGKILL.
-pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
-/// The longest `agent.kill_grace`: an order is answered within it (and a few
-/// seconds more), well before the daemon would re-issue it.
-pub const MAX_KILL_GRACE: Duration = Duration::from_secs(300);
+pub use reaper_core::order::{DEFAULT_KILL_GRACE, MAX_KILL_GRACE};
 
 /// Everything the agent needs (SPEC §6 `[agent]`, plus the registry it
 /// publishes into).

@@ -10,6 +10,7 @@
 //! # Layout
 //! - [`agent`]: what the worker-host agent publishes and how the daemon reads it.
 //! - [`order`]: kill orders for ghost processes and the agent's answers.
+//! - [`ghost`]: processes that should not be running (SPEC §15): detection and kill decisions.
 //! - [`line`]: DolphinScheduler lines, their state codes, tables and layouts.
 //! - [`host`]: host normalisation and matching.
 //! - [`view`]: the registry view (live workers/masters, losses, validity).
@@ -25,6 +26,7 @@
 pub mod agent;
 pub mod brake;
 pub mod candidate;
+pub mod ghost;
 pub mod host;
 pub mod line;
 pub mod order;

@@ -10,6 +10,14 @@ use serde::{Deserialize, Serialize};
 /// (etcd), that holds one child per worker, each holding one node per order.
 pub const ORDERS_DIR: &str = "ds-reaper/orders";
 
+/// `agent.kill_grace` by default: time for a task to end on SIGTERM (write
+/// its last output, remove its temporary files) before SIGKILL. Here, not in
+/// the agent, so that the config's checks need no agent runtime.
+pub const DEFAULT_KILL_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+/// The longest `agent.kill_grace`: an order is answered within it (and a few
+/// seconds more), well before the daemon would re-issue it.
+pub const MAX_KILL_GRACE: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// One process of the ghost task, as the daemon saw it in the agent's report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OrderPid {

@@ -174,6 +174,22 @@ pub trait TaskStore: Send + Sync {
         Box::pin(async { Err(PortError::Invalid(NO_WORKFLOWS.into())) })
     }
 
+    /// The rows of the task ids fresh agents list (SPEC §15), in any state,
+    /// each with its `end_time` and, for a `flag = 0` row, the newer attempt:
+    /// batched, never one statement per task. A store that cannot answers an
+    /// error, never an empty read (which would make every listed task gone).
+    fn ghost_rows<'a>(
+        &'a self,
+        _line: DsLine,
+        _ids: &'a [i64],
+    ) -> BoxFuture<'a, Result<crate::ghost::GhostRead, PortError>> {
+        Box::pin(async {
+            Err(PortError::Invalid(
+                "this store does not read listed tasks by id".into(),
+            ))
+        })
+    }
+
     /// `recover` for `workflow_master_lost`: DS's own master-failover rows
     /// for the line, in one transaction, conditional on the state and host
     /// seen, never with a second queued command, and only while no live

@@ -37,12 +37,14 @@
 //! - `publisher`: the agent's publisher.
 //! - `keys`: where things are under the namespace.
 //! - `port`: the engine's ports.
+//! - `orders`: kill orders for ghost processes (SPEC §15), plain keys (no lease).
 
 mod agent_orders;
 mod keys;
 mod leader;
 mod lease;
 mod listing;
+mod orders;
 mod port;
 mod publisher;
 mod registry;

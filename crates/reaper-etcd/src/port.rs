@@ -1,7 +1,10 @@
 //! The etcd adapter behind the engine's ports (`reaper_core::ports`).
 
 use crate::{EtcdLeader, EtcdRegistry};
-use reaper_core::ports::{BoxFuture, Leadership, RegistrySource, RegistryStats, ViewWatch};
+use reaper_core::order::KillOrder;
+use reaper_core::ports::{
+    BoxFuture, Leadership, PortError, RegistrySource, RegistryStats, ViewWatch,
+};
 use reaper_core::registry::Detected;
 use reaper_core::RegistryView;
 use std::sync::Arc;
@@ -43,6 +46,38 @@ impl RegistrySource for EtcdRegistry {
             errors: s.errors,
             reconnects: s.reconnects,
         }
+    }
+
+    fn put_order<'a>(
+        &'a self,
+        worker: &'a str,
+        order: &'a KillOrder,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        Box::pin(async move {
+            EtcdRegistry::put_order(self, worker, order)
+                .await
+                .map_err(|e| PortError::Unavailable(e.to_string()))
+        })
+    }
+
+    fn delete_order<'a>(
+        &'a self,
+        worker: &'a str,
+        task_id: i64,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        Box::pin(async move {
+            EtcdRegistry::delete_order(self, worker, task_id)
+                .await
+                .map_err(|e| PortError::Unavailable(e.to_string()))
+        })
+    }
+
+    fn orders(&self) -> BoxFuture<'_, Result<Vec<(String, KillOrder)>, PortError>> {
+        Box::pin(async move {
+            EtcdRegistry::orders(self)
+                .await
+                .map_err(|e| PortError::Unavailable(e.to_string()))
+        })
     }
 
     fn close(&self) -> BoxFuture<'_, ()> {

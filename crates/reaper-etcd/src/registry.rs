@@ -47,6 +47,8 @@ pub(crate) struct Inner {
     pub(crate) compactions: AtomicU64,
     pub(crate) cancel: CancellationToken,
     task: tokio::sync::Mutex<Option<JoinHandle<()>>>,
+    /// A client for one-off requests (kill orders), connected on first use.
+    pub(crate) requests: tokio::sync::Mutex<Option<etcd_client::Client>>,
 }
 
 impl Inner {
@@ -100,6 +102,7 @@ impl EtcdRegistry {
             compactions: AtomicU64::new(0),
             cancel: cancel.child_token(),
             task: tokio::sync::Mutex::new(None),
+            requests: tokio::sync::Mutex::new(None),
         });
         let watcher = Watcher::new(inner.clone(), tx, membership);
         let handle = tokio::spawn(session::run(watcher));
@@ -130,6 +133,10 @@ impl EtcdRegistry {
             reconnects: self.inner.reconnects.load(Ordering::Relaxed),
             compactions: self.inner.compactions.load(Ordering::Relaxed),
         }
+    }
+
+    pub(crate) fn inner(&self) -> &Inner {
+        &self.inner
     }
 
     /// Stops the loop (the watch stream closes with it).

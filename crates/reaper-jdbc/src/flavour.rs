@@ -21,7 +21,9 @@
 //!   only while its client's heartbeat is fresh, and a row whose client has
 //!   no heartbeat row is dead.
 
+use reaper_core::registry::{FailoverLockLayout, ListedNode, Listing};
 use reaper_core::DsLine;
+use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -202,6 +204,102 @@ impl Term {
     }
 }
 
+/// One registry row of a server node, or of a master-failover lock, as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegistryRow {
+    /// `key` / `data_key`: the bare path, e.g. `/nodes/worker/10.0.0.5:1234`;
+    /// a lock row's `key` / `lock_key`, e.g. `/lock/master-failover/10.0.0.5:5678`.
+    pub key: String,
+    /// `data` / `data_value`: the server's heartbeat (empty for a lock).
+    pub data: String,
+    /// What says whether the server (the lock's holder) lives.
+    pub term: Term,
+    /// A row of the lock table (3.1/3.2): its holder runs a failover pass
+    /// while the term is fresh (SPEC §13).
+    pub lock: bool,
+}
+
+impl RegistryRow {
+    /// A row of the poll statement from its columns as the database gave
+    /// them: key, data, the term (`last_term`, or 3.3's client
+    /// `last_heartbeat_time`: NULL when the client has no heartbeat row), and
+    /// the fourth column — `is_lock` on 3.1/3.2, the client's
+    /// `connection_config` on 3.3. Any values make a row; NULL text is empty.
+    pub fn from_columns(
+        flavour: Flavour,
+        key: Option<String>,
+        data: Option<String>,
+        term: Option<i64>,
+        is_lock: Option<i64>,
+        connection_config: Option<&str>,
+    ) -> RegistryRow {
+        let (term, lock) = match flavour {
+            // NOT NULL in every schema; a NULL would be a dead row
+            Flavour::MySql31 | Flavour::Term32 => {
+                (Term::LastTerm(term.unwrap_or(0)), is_lock == Some(1))
+            }
+            Flavour::Client33 => (
+                Term::Client(term.map(|ms| ClientBeat {
+                    last_heartbeat_ms: ms,
+                    session_timeout: connection_config.and_then(ClientBeat::parse_session_timeout),
+                })),
+                false,
+            ),
+        };
+        RegistryRow {
+            key: key.unwrap_or_default(),
+            data: data.unwrap_or_default(),
+            term,
+            lock,
+        }
+    }
+}
+
+/// One poll's rows judged by DS's rule at one moment.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Judged {
+    /// The live server rows: the membership's listing.
+    pub listing: Listing,
+    /// Per master (host), how many fresh failover-lock rows it holds; a
+    /// master with only stale lock rows is there with 0.
+    pub held: HashMap<String, usize>,
+    /// The server rows present but dead, with why.
+    pub dead: Vec<(String, Dead)>,
+}
+
+/// DS's rule per row at `now_ms` (the daemon's clock when the poll was
+/// sent): the live server rows make the listing, the fresh lock rows the
+/// holders per master; lock rows outside `locks` are ignored. Pure: the
+/// poll loop adds only its logging and skew checks.
+pub fn judge_rows(
+    rows: Vec<RegistryRow>,
+    now_ms: i64,
+    expire_after: Duration,
+    locks: &FailoverLockLayout,
+) -> Judged {
+    let mut out = Judged::default();
+    for row in rows {
+        if row.lock {
+            if let Some(master) = locks.lock_of(&row.key) {
+                let n = out.held.entry(master).or_default();
+                if row.term.judge(now_ms, expire_after).is_ok() {
+                    *n += 1;
+                }
+            }
+            continue;
+        }
+        match row.term.judge(now_ms, expire_after) {
+            Ok(()) => out.listing.nodes.push(ListedNode {
+                path: row.key,
+                data: row.data.into_bytes(),
+                ephemeral: true,
+            }),
+            Err(why) => out.dead.push((row.key, why)),
+        }
+    }
+    out
+}
+
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
@@ -310,5 +408,56 @@ mod tests {
         assert_eq!(p(r#"{"sessionTimeout":-1}"#), None);
         assert_eq!(p(r#"{"other":1}"#), None);
         assert_eq!(p(""), None);
+    }
+
+    #[test]
+    fn columns_make_rows_of_each_flavour() {
+        let t = Some(1_000);
+        let r = RegistryRow::from_columns(Flavour::MySql31, None, None, None, Some(1), None);
+        assert_eq!(
+            (r.key.as_str(), r.term, r.lock),
+            ("", Term::LastTerm(0), true)
+        );
+        let r =
+            RegistryRow::from_columns(Flavour::Term32, Some("/k".into()), None, t, Some(7), None);
+        assert!(!r.lock);
+        // 3.3: no lock rows, and no heartbeat row is a dead client
+        let r = RegistryRow::from_columns(Flavour::Client33, None, None, None, Some(1), None);
+        assert_eq!((r.term, r.lock), (Term::Client(None), false));
+        let cfg = Some(r#"{"sessionTimeout":5000}"#);
+        let r = RegistryRow::from_columns(Flavour::Client33, None, None, t, None, cfg);
+        let beat = ClientBeat {
+            last_heartbeat_ms: 1_000,
+            session_timeout: Some(Duration::from_secs(5)),
+        };
+        assert_eq!(r.term, Term::Client(Some(beat)));
+    }
+
+    #[test]
+    fn judged_rows_split_into_live_dead_and_held_locks() {
+        let row = |key: &str, term: i64, lock: bool| RegistryRow {
+            key: key.into(),
+            data: "hb".into(),
+            term: Term::LastTerm(term),
+            lock,
+        };
+        let locks = reaper_core::registry::failover_lock_paths(DsLine::V3_2);
+        let rows = vec![
+            row("/nodes/worker/w1:1234", 10_000, false),
+            row("/nodes/worker/w2:1234", 1_000, false),
+            row("/lock/master-failover/m1:5678", 9_000, true),
+            row("/lock/master-failover/m2:5678", 1_000, true),
+            row("/lock/elsewhere", 10_000, true),
+        ];
+        let j = judge_rows(rows, 10_000, S6, &locks);
+        let listed: Vec<&str> = j.listing.nodes.iter().map(|n| n.path.as_str()).collect();
+        assert_eq!(listed, ["/nodes/worker/w1:1234"]);
+        assert_eq!(
+            j.dead,
+            [("/nodes/worker/w2:1234".to_string(), Dead::TermExpired)]
+        );
+        assert_eq!(j.held.get("m1:5678"), Some(&1));
+        assert_eq!(j.held.get("m2:5678"), Some(&0));
+        assert_eq!(j.held.len(), 2);
     }
 }

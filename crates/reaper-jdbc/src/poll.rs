@@ -15,14 +15,13 @@
 //! dead holder's row stays behind until some DS server starts, and no pass
 //! runs under it meanwhile.
 
-use crate::flavour::{clock_skew, Dead, Flavour};
+use crate::flavour::{clock_skew, judge_rows, Dead, Flavour};
 use crate::registry::{lock, Inner};
 use crate::source::{JdbcSource, RegistryRow};
 use crate::JdbcError;
 use chrono::Utc;
 use reaper_core::registry::{
-    failover_lock_paths, Changes, Detected, FailoverLockLayout, Gap, ListedNode, Listing,
-    Membership, Note,
+    failover_lock_paths, Changes, Detected, FailoverLockLayout, Gap, Listing, Membership, Note,
 };
 use reaper_core::{Instant, RegistryView};
 use std::collections::{HashMap, HashSet};
@@ -204,9 +203,6 @@ impl Poller {
     ) -> (Listing, HashMap<String, usize>) {
         let now_ms = sent.timestamp_millis();
         let expire_after = self.inner.settings.expire_after;
-        let mut nodes = Vec::with_capacity(rows.len());
-        let mut dead_now: HashSet<String> = HashSet::new();
-        let mut held: HashMap<String, usize> = HashMap::new();
         let terms: HashMap<String, i64> = rows
             .iter()
             .filter_map(|r| Some((r.key.clone(), r.term.millis()?)))
@@ -214,41 +210,21 @@ impl Poller {
         self.check_skew(&terms, now_ms);
         self.terms = terms;
         self.prev_sent = Some(now_ms);
-        for row in rows {
-            if row.lock {
-                if let Some(master) = locks.lock_of(&row.key) {
-                    let n = held.entry(master).or_default();
-                    if row.term.judge(now_ms, expire_after).is_ok() {
-                        *n += 1;
-                    }
-                }
-                continue;
+        let judged = judge_rows(rows, now_ms, expire_after, locks);
+        let mut dead_now: HashSet<String> = HashSet::new();
+        for (key, why) in judged.dead {
+            if !self.dead_logged.contains(&key) {
+                tracing::info!(key = %key, why = dead_reason(why),
+                    "registry row present, but its server is dead by DS's rule");
             }
-            match row.term.judge(now_ms, expire_after) {
-                Ok(()) => nodes.push(ListedNode {
-                    path: row.key,
-                    data: row.data.into_bytes(),
-                    ephemeral: true,
-                }),
-                Err(why) => {
-                    if !self.dead_logged.contains(&row.key) {
-                        tracing::info!(key = %row.key, why = dead_reason(why),
-                            "registry row present, but its server is dead by DS's rule");
-                    }
-                    dead_now.insert(row.key);
-                }
-            }
+            dead_now.insert(key);
         }
         self.inner
             .stats
             .dead_rows
             .store(dead_now.len() as u64, Ordering::Relaxed);
         self.dead_logged = dead_now;
-        let listing = Listing {
-            nodes,
-            legacy_dir: false,
-        };
-        (listing, held)
+        (judged.listing, judged.held)
     }
 
     /// Logs what the machine noted; sends the view when it changed.

@@ -8,7 +8,7 @@
 //! is `int4`.
 
 use crate::error::{bounded, JdbcError};
-use crate::flavour::{ClientBeat, Flavour, Term};
+use crate::flavour::Flavour;
 use crate::settings::{redact_url, DbKind, JdbcSettings};
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPoolOptions, MySqlRow};
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions, PgRow};
@@ -17,20 +17,7 @@ use std::str::FromStr;
 use std::sync::Mutex;
 use std::time::Duration;
 
-/// One registry row of a server node, or of a master-failover lock, as read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RegistryRow {
-    /// `key` / `data_key`: the bare path, e.g. `/nodes/worker/10.0.0.5:1234`;
-    /// a lock row's `key` / `lock_key`, e.g. `/lock/master-failover/10.0.0.5:5678`.
-    pub key: String,
-    /// `data` / `data_value`: the server's heartbeat (empty for a lock).
-    pub data: String,
-    /// What says whether the server (the lock's holder) lives.
-    pub term: Term,
-    /// A row of the lock table (3.1/3.2): its holder runs a failover pass
-    /// while the term is fresh (SPEC §13).
-    pub lock: bool,
-}
+pub use crate::flavour::RegistryRow;
 
 #[derive(Clone)]
 enum Pool {
@@ -272,33 +259,18 @@ fn decode<R>(
 ) -> Result<Vec<RegistryRow>, sqlx::Error> {
     rows.iter()
         .map(|r| {
-            let term = match flavour {
-                // NOT NULL in every schema; a NULL would be a dead row
-                Flavour::MySql31 | Flavour::Term32 => Term::LastTerm(int(r, 2)?.unwrap_or(0)),
-                Flavour::Client33 => Term::Client(int(r, 2)?.map(|ms| ClientBeat {
-                    last_heartbeat_ms: ms,
-                    session_timeout: None,
-                })),
+            let (is_lock, config) = match flavour {
+                Flavour::MySql31 | Flavour::Term32 => (int(r, 3)?, None),
+                Flavour::Client33 => (None, text(r, 3)?),
             };
-            let term = match (term, flavour) {
-                (Term::Client(Some(mut b)), Flavour::Client33) => {
-                    b.session_timeout = text(r, 3)?
-                        .as_deref()
-                        .and_then(ClientBeat::parse_session_timeout);
-                    Term::Client(Some(b))
-                }
-                (t, _) => t,
-            };
-            let lock = match flavour {
-                Flavour::MySql31 | Flavour::Term32 => int(r, 3)?.unwrap_or(0) == 1,
-                Flavour::Client33 => false,
-            };
-            Ok(RegistryRow {
-                key: text(r, 0)?.unwrap_or_default(),
-                data: text(r, 1)?.unwrap_or_default(),
-                term,
-                lock,
-            })
+            Ok(RegistryRow::from_columns(
+                flavour,
+                text(r, 0)?,
+                text(r, 1)?,
+                int(r, 2)?,
+                is_lock,
+                config.as_deref(),
+            ))
         })
         .collect()
 }

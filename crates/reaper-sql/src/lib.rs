@@ -66,6 +66,7 @@ mod detect;
 mod dialect;
 mod error;
 mod follow;
+mod ghost;
 mod read;
 mod schema;
 mod settings;

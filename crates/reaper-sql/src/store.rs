@@ -192,6 +192,14 @@ impl TaskStore for SqlStore {
         Box::pin(async move { Ok(self.db.workflow(line, id, task_states).await?) })
     }
 
+    fn ghost_rows<'a>(
+        &'a self,
+        line: DsLine,
+        ids: &'a [i64],
+    ) -> BoxFuture<'a, Result<reaper_core::ghost::GhostRead, PortError>> {
+        Box::pin(async move { Ok(self.db.ghost_rows(line, ids).await?) })
+    }
+
     fn recover_workflow<'a>(
         &'a self,
         line: DsLine,

@@ -16,9 +16,11 @@
 //! - `watch`: one session's watches, listing, events, data coalescing.
 //! - `listing`: the reads of a full listing.
 //! - `leader`: leader election on a session of its own.
+//! - `orders`: kill orders for ghost processes (SPEC §15), persistent nodes.
 
 mod leader;
 mod listing;
+mod orders;
 mod port;
 mod registry;
 mod session;

@@ -1,6 +1,7 @@
 //! The ZooKeeper adapter behind the engine's ports (`reaper_core::ports`).
 
 use crate::{LeaderElection, Registry};
+use reaper_core::order::KillOrder;
 use reaper_core::ports::{
     BoxFuture, Leadership, PortError, RegistrySource, RegistryStats, ViewWatch,
 };
@@ -50,6 +51,38 @@ impl RegistrySource for Registry {
     fn delete_task_queue_entries(&self, task_id: i64) -> BoxFuture<'_, Result<usize, PortError>> {
         Box::pin(async move {
             Registry::delete_task_queue_entries(self, task_id)
+                .await
+                .map_err(|e| PortError::Unavailable(e.to_string()))
+        })
+    }
+
+    fn put_order<'a>(
+        &'a self,
+        worker: &'a str,
+        order: &'a KillOrder,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        Box::pin(async move {
+            Registry::put_order(self, worker, order)
+                .await
+                .map_err(|e| PortError::Unavailable(e.to_string()))
+        })
+    }
+
+    fn delete_order<'a>(
+        &'a self,
+        worker: &'a str,
+        task_id: i64,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        Box::pin(async move {
+            Registry::delete_order(self, worker, task_id)
+                .await
+                .map_err(|e| PortError::Unavailable(e.to_string()))
+        })
+    }
+
+    fn orders(&self) -> BoxFuture<'_, Result<Vec<(String, KillOrder)>, PortError>> {
+        Box::pin(async move {
+            Registry::orders(self)
                 .await
                 .map_err(|e| PortError::Unavailable(e.to_string()))
         })

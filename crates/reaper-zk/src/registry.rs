@@ -223,6 +223,23 @@ impl Registry {
         Ok(deleted)
     }
 
+    /// The current session's client and the request time limit, for one-off
+    /// requests (kill orders); counts an error when there is no session.
+    pub(crate) fn request_client(&self) -> Result<(zk::Client, std::time::Duration), ZkError> {
+        let client = lock(&self.inner.client)
+            .clone()
+            .ok_or(ZkError::NotConnected)?;
+        Ok((client, self.inner.settings.request_timeout))
+    }
+
+    pub(crate) fn root(&self) -> &str {
+        &self.inner.root
+    }
+
+    pub(crate) fn count_error(&self) {
+        self.inner.error();
+    }
+
     /// Closes the session promptly and stops the loop.
     pub async fn close(&self) {
         self.inner.cancel.cancel();

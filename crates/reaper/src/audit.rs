@@ -51,6 +51,8 @@ impl AuditEvent {
 pub enum RecordKind {
     Task,
     Workflow,
+    /// A ghost process and its kill order (SPEC §15).
+    Process,
     /// A kill of a task's YARN application (SPEC §17); `app_id` names it.
     RemoteApp,
 }
@@ -59,7 +61,7 @@ pub enum RecordKind {
 pub struct Record {
     pub ts: Instant,
     pub event: AuditEvent,
-    /// task | workflow; None for records about the daemon (brake).
+    /// task | workflow | process; None for records about the daemon (brake).
     #[serde(default)]
     pub kind: Option<RecordKind>,
     pub task_id: Option<i64>,

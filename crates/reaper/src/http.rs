@@ -1,6 +1,7 @@
 //! HTTP (SPEC §8): metrics, probes, the JSON API and a small status page.
 
-use crate::engine::{ReapError, ReapRequest, SharedEngine, Trigger};
+pub use crate::api::parse_reap_request;
+use crate::engine::{ReapError, SharedEngine, Trigger};
 use crate::views::{StatusView, WorkflowView, ZombieView};
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -8,7 +9,6 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use reaper_core::{Action, FollowUp};
 use serde::Deserialize;
 use serde_json::json;
 use std::time::Duration;
@@ -23,6 +23,7 @@ pub fn router(engine: SharedEngine) -> Router {
         .route("/api/v1/workers", get(workers))
         .route("/api/v1/zombies", get(zombies))
         .route("/api/v1/workflows", get(workflows))
+        .route("/api/v1/ghosts", get(ghosts))
         .route("/api/v1/audit", get(audit))
         .route("/api/v1/sweep", post(sweep))
         .route("/api/v1/tasks/{id}/reap", post(reap))
@@ -142,21 +143,24 @@ async fn workflows(State(e): State<SharedEngine>) -> Response {
     Json(json!({ "workflows": workflow_views(&e) })).into_response()
 }
 
+fn ghost_views(e: &SharedEngine) -> Vec<crate::views::GhostView> {
+    let ghosts = e.status_read().ghosts.clone();
+    ghosts.iter().map(crate::views::GhostView::new).collect()
+}
+
+async fn ghosts(State(e): State<SharedEngine>) -> Response {
+    Json(json!({ "ghosts": ghost_views(&e) })).into_response()
+}
+
 #[derive(Deserialize)]
 struct AuditQuery {
     limit: Option<String>,
 }
 
 async fn audit(State(e): State<SharedEngine>, Query(q): Query<AuditQuery>) -> Response {
-    let limit = match q.limit.as_deref().map(|s| s.trim().parse::<usize>()) {
-        None => 100,
-        Some(Ok(n)) => n.min(10_000),
-        Some(Err(_)) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "limit must be a non-negative whole number",
-            )
-        }
+    let limit = match crate::api::audit_limit(q.limit.as_deref()) {
+        Ok(n) => n,
+        Err(msg) => return error(StatusCode::BAD_REQUEST, msg),
     };
     let engine = e.clone();
     match tokio::task::spawn_blocking(move || engine.audit.tail(limit)).await {
@@ -171,48 +175,6 @@ async fn sweep(State(e): State<SharedEngine>, headers: HeaderMap) -> Response {
         return r;
     }
     Json(e.sweep(Trigger::Requested).await).into_response()
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct ReapBody {
-    action: Option<String>,
-    workflow: Option<String>,
-    force: Option<bool>,
-}
-
-/// The request of `POST /api/v1/tasks/{id}/reap` from its path segment and
-/// body, or the message of a 400. Pure, so that it can be fuzzed: no input
-/// panics, and an accepted request carries exactly what the body said.
-pub fn parse_reap_request(id: &str, body: &[u8]) -> Result<ReapRequest, String> {
-    let Ok(task_id) = id.trim().parse::<i64>() else {
-        return Err(format!("task id {id:?} is not a number"));
-    };
-    let body: ReapBody = if body.iter().all(|b| b.is_ascii_whitespace()) {
-        ReapBody::default()
-    } else {
-        serde_json::from_slice(body).map_err(|err| format!("invalid JSON body: {err}"))?
-    };
-    let action = match body.action.as_deref().map(str::parse::<Action>) {
-        None => None,
-        Some(Ok(Action::Report)) => {
-            return Err("action must be fail, fault-tolerance or kill".into());
-        }
-        Some(Ok(a)) => Some(a),
-        Some(Err(err)) => return Err(err.to_string()),
-    };
-    let workflow = match body.workflow.as_deref().map(str::parse::<FollowUp>) {
-        None => None,
-        Some(Ok(w)) => Some(w),
-        Some(Err(err)) => return Err(err.to_string()),
-    };
-    Ok(ReapRequest {
-        task_id,
-        action,
-        workflow,
-        force: body.force.unwrap_or(false),
-        actor: "api".into(),
-    })
 }
 
 async fn reap(
@@ -276,6 +238,7 @@ async fn index(State(e): State<SharedEngine>, headers: HeaderMap) -> Html<String
         zombies_total: total,
         zombie_reasons,
         workflows: workflow_views(&e),
+        ghosts: ghost_views(&e),
         recent,
         history,
         now: e.now(),

@@ -10,16 +10,28 @@
 //!   shapes both show; [`metrics`]; [`audit`]; [`telemetry`].
 //! - [`testkit`]: in-memory ports for in-process engine tests.
 
+pub mod api;
+#[cfg(feature = "daemon")]
 pub mod app;
+#[cfg(feature = "daemon")]
 pub mod audit;
+#[cfg(feature = "daemon")]
 pub mod cli;
 pub mod config;
+#[cfg(feature = "daemon")]
 pub mod engine;
+#[cfg(feature = "daemon")]
 pub mod http;
+#[cfg(feature = "daemon")]
 pub mod metrics;
+#[cfg(feature = "daemon")]
 pub mod page;
+#[cfg(feature = "daemon")]
 pub mod telemetry;
+#[cfg(feature = "daemon")]
 #[doc(hidden)]
 pub mod testkit;
+#[cfg(feature = "daemon")]
 pub mod views;
+#[cfg(feature = "daemon")]
 pub mod yarn;

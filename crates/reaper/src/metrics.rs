@@ -31,6 +31,9 @@ pub struct Metrics {
     pub agents: IntGaugeVec,
     pub workflow_zombies: IntGaugeVec,
     pub workflow_actions_total: IntCounterVec,
+    /// SPEC §15.
+    pub ghosts: IntGauge,
+    pub ghost_actions_total: IntCounterVec,
     /// SPEC §17.
     pub remote_apps: IntGaugeVec,
     pub remote_app_kills_total: IntCounterVec,
@@ -175,6 +178,10 @@ impl Metrics {
                 )
                 .expect("static metric definition"),
             ),
+            ghosts: reg(
+                &r,
+                gauge("ghosts", "Ghost processes found by the last sweep"),
+            ),
             remote_apps: reg(
                 &r,
                 IntGaugeVec::new(
@@ -193,6 +200,14 @@ impl Metrics {
                         "remote_app_kills_total",
                         "YARN application kills asked of the RM",
                     ),
+                    &["result"],
+                )
+                .expect("static metric definition"),
+            ),
+            ghost_actions_total: reg(
+                &r,
+                IntCounterVec::new(
+                    Opts::new("ghost_actions_total", "Kill orders' outcomes"),
                     &["result"],
                 )
                 .expect("static metric definition"),
@@ -226,6 +241,9 @@ impl Metrics {
         }
         for state in ["fresh", "stale"] {
             m.agents.with_label_values(&[state]).set(0);
+        }
+        for result in ["killed", "gone", "refused", "partial", "error"] {
+            m.ghost_actions_total.with_label_values(&[result]);
         }
         for state in crate::engine::REMOTE_APP_STATES {
             m.remote_apps.with_label_values(&[state]).set(0);
@@ -300,6 +318,8 @@ mod tests {
             "ds_reaper_workflow_zombies{reason=\"workflow_stalled\"} 0",
             "ds_reaper_workflow_actions_total{action=\"recover\",result=\"ok\"} 0",
             "ds_reaper_zombies{reason=\"process_gone\"} 0",
+            "ds_reaper_ghosts 0",
+            "ds_reaper_ghost_actions_total{result=\"refused\"} 0",
         ] {
             assert!(text.contains(name), "{name} missing:\n{text}");
         }

@@ -30,6 +30,8 @@ pub enum StoreCall {
     Write(Vec<i64>),
     FollowUp(i64),
     Recover(i64),
+    /// A batched read of listed task ids (SPEC §15).
+    GhostRead(Vec<i64>),
 }
 
 /// Task rows in memory, written the way the SQL adapter writes them.
@@ -42,6 +44,7 @@ pub struct MemStore {
     on_read: Mutex<Option<Hook<()>>>,
     on_write: Mutex<Option<Hook<[TaskWrite]>>>,
     workflows: Mutex<BTreeMap<i64, WorkflowCandidate>>,
+    ends: Mutex<BTreeMap<i64, Instant>>,
 }
 
 impl MemStore {
@@ -55,7 +58,21 @@ impl MemStore {
             on_read: Mutex::new(None),
             on_write: Mutex::new(None),
             workflows: Mutex::new(BTreeMap::new()),
+            ends: Mutex::new(BTreeMap::new()),
         })
+    }
+
+    /// DS finishing a task: its state and `end_time`.
+    pub fn finish(&self, id: i64, state: i32, end: Instant) {
+        self.set_state(id, state);
+        lock(&self.ends).insert(id, end);
+    }
+
+    /// A newer attempt replaced the row (DS's failover): `flag = 0`.
+    pub fn set_flag(&self, id: i64, flag: i32) {
+        if let Some(r) = lock(&self.rows).get_mut(&id) {
+            r.flag = flag;
+        }
     }
 
     pub fn insert_workflow(&self, w: WorkflowCandidate) {
@@ -250,6 +267,31 @@ impl TaskStore for MemStore {
         Vec::new()
     }
 
+    fn ghost_rows<'a>(
+        &'a self,
+        _line: DsLine,
+        ids: &'a [i64],
+    ) -> BoxFuture<'a, Result<reaper_core::ghost::GhostRead, PortError>> {
+        Box::pin(async move {
+            lock(&self.calls).push(StoreCall::GhostRead(ids.to_vec()));
+            let rows = lock(&self.rows);
+            let ends = lock(&self.ends);
+            Ok(reaper_core::ghost::GhostRead {
+                rows: ids
+                    .iter()
+                    .filter_map(|id| rows.get(id))
+                    .map(|r| reaper_core::ghost::GhostRow {
+                        row: r.row.clone(),
+                        flag: r.flag,
+                        end_time: ends.get(&r.row.id).copied(),
+                        newer_attempt: None,
+                    })
+                    .collect(),
+                undecodable: Vec::new(),
+            })
+        })
+    }
+
     fn workflow_candidates<'a>(
         &'a self,
         _line: DsLine,
@@ -313,6 +355,7 @@ impl TaskStore for MemStore {
 pub struct MemRegistry {
     tx: watch::Sender<Arc<RegistryView>>,
     closed: AtomicBool,
+    orders: Mutex<BTreeMap<(String, i64), reaper_core::order::KillOrder>>,
 }
 
 struct MemWatch(watch::Receiver<Arc<RegistryView>>);
@@ -338,6 +381,7 @@ impl MemRegistry {
         Arc::new(MemRegistry {
             tx,
             closed: AtomicBool::new(false),
+            orders: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -348,6 +392,11 @@ impl MemRegistry {
 
     pub fn closed(&self) -> bool {
         self.closed.load(Ordering::SeqCst)
+    }
+
+    /// The kill order nodes, by (worker, task id).
+    pub fn order_nodes(&self) -> BTreeMap<(String, i64), reaper_core::order::KillOrder> {
+        lock(&self.orders).clone()
     }
 }
 
@@ -374,6 +423,39 @@ impl RegistrySource for MemRegistry {
 
     fn stats(&self) -> RegistryStats {
         RegistryStats::default()
+    }
+
+    fn put_order<'a>(
+        &'a self,
+        worker: &'a str,
+        order: &'a reaper_core::order::KillOrder,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        Box::pin(async move {
+            lock(&self.orders).insert((worker.to_string(), order.task_id), order.clone());
+            Ok(())
+        })
+    }
+
+    fn delete_order<'a>(
+        &'a self,
+        worker: &'a str,
+        task_id: i64,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        Box::pin(async move {
+            lock(&self.orders).remove(&(worker.to_string(), task_id));
+            Ok(())
+        })
+    }
+
+    fn orders(
+        &self,
+    ) -> BoxFuture<'_, Result<Vec<(String, reaper_core::order::KillOrder)>, PortError>> {
+        Box::pin(async move {
+            Ok(lock(&self.orders)
+                .iter()
+                .map(|((w, _), o)| (w.clone(), o.clone()))
+                .collect())
+        })
     }
 
     fn close(&self) -> BoxFuture<'_, ()> {

@@ -315,3 +315,53 @@ pub fn host_words(host: Option<&str>) -> String {
         _ => "none".to_string(),
     }
 }
+
+/// A ghost process as `/api/v1/ghosts` and `check --format json` show it
+/// (SPEC §15: exactly these fields).
+#[derive(Debug, Clone, Serialize)]
+pub struct GhostView {
+    pub task_id: i64,
+    pub task_name: Option<String>,
+    pub workflow_instance_id: Option<i64>,
+    pub worker: String,
+    pub pids: Vec<i32>,
+    pub started_at: Option<Instant>,
+    pub row_state: Option<String>,
+    pub row_flag: Option<i32>,
+    pub row_host: Option<String>,
+    pub newer_attempt: Option<NewerAttemptView>,
+    pub reason: &'static str,
+    pub evidence: reaper_core::ghost::GhostEvidence,
+    pub action: &'static str,
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct NewerAttemptView {
+    pub id: i64,
+    pub host: Option<String>,
+}
+
+impl GhostView {
+    pub fn new(g: &reaper_core::ghost::Ghost) -> GhostView {
+        GhostView {
+            task_id: g.task_id,
+            task_name: g.task_name.clone(),
+            workflow_instance_id: g.workflow_instance_id,
+            worker: g.worker.clone(),
+            pids: g.pids(),
+            started_at: g.started_at,
+            row_state: g.row_state.clone(),
+            row_flag: g.row_flag,
+            row_host: g.row_host.clone(),
+            newer_attempt: g.newer_attempt.as_ref().map(|n| NewerAttemptView {
+                id: n.id,
+                host: n.host.clone(),
+            }),
+            reason: reaper_core::ghost::GHOST_PROCESS,
+            evidence: g.evidence.clone(),
+            action: g.action.as_str(),
+            note: g.note.clone(),
+        }
+    }
+}

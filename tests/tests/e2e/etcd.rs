@@ -304,3 +304,89 @@ async fn etcd_an_agent_publishes_and_the_daemon_sees_it() -> anyhow::Result<()> 
     ds_sim::etcd::delete_prefix(&eps, &ns).await?;
     db.drop().await
 }
+
+/// SPEC §15 on etcd (and PostgreSQL): a ghost's kill order is a key under
+/// the namespace; the agent carries it out and answers, the daemon audits
+/// `done` and removes the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_a_kill_order_ends_a_ghost() -> anyhow::Result<()> {
+    if !services_up().await {
+        return Ok(());
+    }
+    let Some(eps) = etcd_endpoints().await else {
+        return Ok(());
+    };
+    let db = sim_db(SimKind::Postgres, "3.2.2").await?;
+    let ns = namespace();
+    let _m = etcd_server(&eps, &ns, NodeKind::Master, "10.0.0.1:5678").await?;
+    let _w1 = etcd_server(&eps, &ns, NodeKind::Worker, "10.0.0.11:1234").await?;
+    let _w2 = etcd_server(&eps, &ns, NodeKind::Worker, "10.0.0.12:1234").await?;
+    let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
+    let task = db
+        .insert_task(&TaskSpec::new(wf, 1, Some("10.0.0.11:1234")))
+        .await?;
+    let exec = ds_sim::procs::ExecBase::new()?;
+    let mut p = exec.start(DsLine::V3_2, wf, task)?;
+    let registry = etcd_config(&eps, &ns, "");
+    let mut agent = AgentProcess::start(
+        "/unused",
+        "10.0.0.11:1234",
+        exec.path(),
+        &format!("allow_kill = true\nkill_grace = \"1s\"\n{registry}"),
+    )
+    .await?;
+    let mut d = Daemon::start_with_env(
+        db.url(),
+        "/unused",
+        &etcd_config(&eps, &ns, "[policy]\nghost_process = \"kill\"\n"),
+        &[("DS_REAPER__RECONCILE__GHOST_AFTER", "3s")],
+    )
+    .await?;
+    d.wait_ready().await?;
+    wait_until("the agent lists the task", || async {
+        let w = d.json("/api/v1/workers").await?;
+        Ok(w["workers"].as_array().into_iter().flatten().any(|x| {
+            x["host"] == "10.0.0.11:1234" && x["agent"]["fresh"] == true && x["agent"]["tasks"] == 1
+        }))
+    })
+    .await?;
+    let end = chrono::Utc::now().format("%Y-%m-%d %H:%M:%S");
+    db.exec(&format!(
+        "UPDATE t_ds_task_instance SET state = 7, end_time = '{end}' WHERE id = {task}"
+    ))
+    .await?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while p.is_running() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the ghost's process was not killed: {}",
+            d.log_tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_until("the answer is audited done", || async {
+        Ok(d.audit()
+            .iter()
+            .any(|r| r["event"] == "done" && r["kind"] == "process" && r["task_id"] == task))
+    })
+    .await?;
+    let orders = format!("{ns}/ds-reaper/orders/");
+    wait_until("the order key is removed", || async {
+        Ok(ds_sim::etcd::keys_with_leases(&eps, &orders)
+            .await?
+            .is_empty())
+    })
+    .await?;
+    let intent = d
+        .audit()
+        .into_iter()
+        .find(|r| r["event"] == "intent" && r["kind"] == "process")
+        .expect("the intent before the order");
+    assert_eq!(intent["task_id"], task);
+    assert_eq!(db.task_state(task).await?.state, 7);
+    agent.child.start_kill()?;
+    let _ = agent.child.wait().await;
+    assert_eq!(d.terminate().await?, Some(0));
+    ds_sim::etcd::delete_prefix(&eps, &ns).await?;
+    db.drop().await
+}

@@ -6,12 +6,14 @@
 mod agent;
 mod api;
 mod bench_agent;
+mod bench_ghosts;
 mod chaos;
 mod cli;
 mod common_chaos;
 mod daemon;
 mod etcd;
 mod followups;
+mod ghosts;
 mod jdbc;
 mod judging;
 mod leader;

@@ -1,10 +1,10 @@
 //! `check`: one sweep, no writes; exit 1 when it found anything.
 
 use super::connect::{connect, progress};
-use super::output::{print_table, print_workflows};
+use super::output::{print_ghosts, print_table, print_workflows};
 use super::{Format, EXIT_FOUND, EXIT_OK, EXIT_UNREACHABLE};
 use crate::config::Settings;
-use crate::views::{WorkflowView, ZombieView};
+use crate::views::{GhostView, WorkflowView, ZombieView};
 use serde_json::json;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -28,10 +28,21 @@ pub(super) async fn check(s: Settings, format: Format, observe: Duration) -> u8 
     }
     progress("scanning t_ds_task_instance");
     let result = engine.check().await;
+    let ghosts = match &result {
+        Ok((line, _, _)) => engine.check_ghosts(*line).await,
+        Err(_) => Ok(Vec::new()),
+    };
     engine.close().await;
     cancel.cancel();
     let (line, plan, findings) = match result {
         Ok(x) => x,
+        Err(e) => {
+            eprintln!("ds-reaper: {e}");
+            return EXIT_UNREACHABLE;
+        }
+    };
+    let ghosts: Vec<GhostView> = match ghosts {
+        Ok(g) => g.iter().map(GhostView::new).collect(),
         Err(e) => {
             eprintln!("ds-reaper: {e}");
             return EXIT_UNREACHABLE;
@@ -52,6 +63,7 @@ pub(super) async fn check(s: Settings, format: Format, observe: Duration) -> u8 
                 "candidates": plan.candidates,
                 "zombies": zombies,
                 "workflows": workflows,
+                "ghosts": ghosts,
             });
             println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
         }
@@ -59,9 +71,10 @@ pub(super) async fn check(s: Settings, format: Format, observe: Duration) -> u8 
             println!("registry: {}", s.registry.kind.as_str());
             print_table(line, plan.candidates, &zombies);
             print_workflows(&workflows);
+            print_ghosts(&ghosts);
         }
     }
-    if zombies.is_empty() && workflows.is_empty() {
+    if zombies.is_empty() && workflows.is_empty() && ghosts.is_empty() {
         EXIT_OK
     } else {
         EXIT_FOUND

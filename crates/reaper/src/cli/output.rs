@@ -106,3 +106,45 @@ pub(super) fn print_workflows(workflows: &[WorkflowView]) {
         );
     }
 }
+
+/// `check`'s ghost section (SPEC §15), after the workflow findings.
+pub(super) fn print_ghosts(ghosts: &[crate::views::GhostView]) {
+    if ghosts.is_empty() {
+        return;
+    }
+    println!("\n{} ghost processes", ghosts.len());
+    for g in ghosts {
+        let pids: Vec<String> = g.pids.iter().map(i32::to_string).collect();
+        let row = match &g.row_state {
+            Some(s) => format!(
+                "row {s}, flag {}, host {}",
+                g.row_flag.map_or("-".into(), |f| f.to_string()),
+                g.row_host.as_deref().unwrap_or("-")
+            ),
+            None => "no row".to_string(),
+        };
+        let newer = g
+            .newer_attempt
+            .as_ref()
+            .map(|n| {
+                format!(
+                    "; newer attempt {} on {}",
+                    n.id,
+                    n.host.as_deref().unwrap_or("-")
+                )
+            })
+            .unwrap_or_default();
+        println!(
+            "  task {} on {}: pids {} ({row}{newer}): {} -> {}{}",
+            g.task_id,
+            g.worker,
+            pids.join(","),
+            g.reason,
+            g.action,
+            g.note
+                .as_deref()
+                .map(|n| format!(" — {n}"))
+                .unwrap_or_default()
+        );
+    }
+}

@@ -124,6 +124,8 @@ pub enum ReasonName {
     ProcessGone,
     WorkflowMasterLost,
     WorkflowStalled,
+    /// SPEC §15: a process that should not be running.
+    GhostProcess,
 }
 
 /// A rule's `action`: a task action, or `recover` for `workflow_master_lost`.
@@ -147,7 +149,9 @@ impl ReasonName {
             ReasonName::MasterLost => Some(Reason::MasterLost),
             ReasonName::NoHost => Some(Reason::NoHost),
             ReasonName::ProcessGone => Some(Reason::ProcessGone),
-            ReasonName::WorkflowMasterLost | ReasonName::WorkflowStalled => None,
+            ReasonName::WorkflowMasterLost
+            | ReasonName::WorkflowStalled
+            | ReasonName::GhostProcess => None,
         }
     }
 

@@ -84,6 +84,40 @@ impl Settings {
         }
     }
 
+    /// The ghost policy (SPEC §15): `[policy] ghost_process`, the rules
+    /// naming `reason = "ghost_process"` (only those: a rule without a
+    /// reason is about task rows), and the timings it shares.
+    pub fn ghost_policy(&self, line: DsLine) -> reaper_core::ghost::GhostPolicy {
+        use reaper_core::ghost::{GhostAction, GhostRule};
+        let rules = self
+            .policy
+            .rules
+            .iter()
+            .filter(|r| r.reason == Some(ReasonName::GhostProcess))
+            .map(|r| GhostRule {
+                task_type: r.task_type.clone(),
+                worker_group: r.worker_group.clone(),
+                project_code: r.project_code,
+                action: match r.action {
+                    Some(RuleAction::Kill) => Some(GhostAction::Kill),
+                    Some(_) => Some(GhostAction::Report),
+                    None => None,
+                },
+            })
+            .collect();
+        let r = &self.reconcile;
+        reaper_core::ghost::GhostPolicy {
+            line,
+            action: self.policy.ghost_process,
+            rules,
+            ghost_after: r.ghost_after,
+            clock_skew_tolerance: r.clock_skew_tolerance,
+            agent_stale_after: r.agent_stale_after,
+            startup_settle: r.startup_settle,
+            max_actions_per_sweep: r.max_actions_per_sweep,
+        }
+    }
+
     /// The workflow state codes to watch on a line (SPEC §13), and the names
     /// that are not non-terminal states of the line.
     pub fn workflow_states(&self, line: DsLine) -> (Vec<i32>, Vec<String>) {
@@ -140,10 +174,49 @@ impl Settings {
     /// Problems that span keys, as (key, message).
     pub(super) fn cross_checks(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();
+        // DS's worker writes the result just before its process exits: a
+        // ghost needs a wait that covers that, never none at all.
+        if self.reconcile.ghost_after < std::time::Duration::from_secs(1) {
+            out.push((
+                "reconcile.ghost_after".to_string(),
+                format!(
+                    "{} is too short (at least 1s; default 2m)",
+                    humantime::format_duration(self.reconcile.ghost_after)
+                ),
+            ));
+        }
+        // DS's JDBC registry has no place for kill orders (SPEC §15): a kill
+        // asked for there would never be carried out.
+        let jdbc = self.registry.kind == super::choices::RegistryKind::Jdbc;
+        let no_orders = "the jdbc registry carries no kill orders; ghosts can only be reported";
+        if jdbc && self.policy.ghost_process == reaper_core::ghost::GhostAction::Kill {
+            out.push(("policy.ghost_process".to_string(), no_orders.into()));
+        }
         for (i, rule) in self.policy.rules.iter().enumerate() {
             let key = |k: &str| format!("policy.rules[{i}].{k}");
+            if jdbc
+                && rule.reason == Some(ReasonName::GhostProcess)
+                && rule.action == Some(RuleAction::Kill)
+            {
+                out.push((key("action"), no_orders.into()));
+            }
             if let Some(why) = rule.action_problem() {
                 out.push((key("action"), why));
+            }
+            if rule.reason == Some(ReasonName::GhostProcess) {
+                if rule.workflow.is_some() {
+                    out.push((
+                        key("workflow"),
+                        "a follow-up applies to task actions; ghost_process has none".into(),
+                    ));
+                }
+                if rule.owner_master.is_some() {
+                    out.push((
+                        key("owner_master"),
+                        "ghost_process rules match on task_type, worker_group and project_code"
+                            .into(),
+                    ));
+                }
             }
             if rule.workflow.is_some() && rule.reason.is_some_and(ReasonName::is_workflow) {
                 out.push((
@@ -190,6 +263,10 @@ impl RuleEntry {
             }
             (Some(ReasonName::WorkflowMasterLost), RuleAction::Report | RuleAction::Recover) => {
                 None
+            }
+            (Some(ReasonName::GhostProcess), RuleAction::Report | RuleAction::Kill) => None,
+            (Some(ReasonName::GhostProcess), _) => {
+                Some("ghost_process takes \"report\" or \"kill\"".into())
             }
             (Some(ReasonName::WorkflowMasterLost), _) => {
                 Some("workflow_master_lost takes \"report\" or \"recover\"".into())

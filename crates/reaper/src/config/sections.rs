@@ -277,6 +277,9 @@ pub struct Reconcile {
     pub workflow_grace_period: Duration,
     #[serde(with = "values::duration")]
     pub workflow_stall_after: Duration,
+    /// SPEC §15: how long a listed task's row must say it is over.
+    #[serde(with = "values::duration")]
+    pub ghost_after: Duration,
 }
 
 impl Default for Reconcile {
@@ -299,6 +302,7 @@ impl Default for Reconcile {
             workflow_states: None,
             workflow_grace_period: secs(900),
             workflow_stall_after: secs(1800),
+            ghost_after: secs(120),
         }
     }
 }
@@ -358,6 +362,8 @@ pub struct PolicySection {
     pub workflow: FollowUp,
     pub workflow_master_lost: WorkflowAction,
     pub workflow_stalled: StalledAction,
+    /// SPEC §15: report | kill.
+    pub ghost_process: reaper_core::ghost::GhostAction,
     /// SPEC §17: kill a task's live YARN applications before acting on it.
     pub kill_remote_apps: bool,
     pub rules: Vec<RuleEntry>,
@@ -375,6 +381,7 @@ impl Default for PolicySection {
             workflow: FollowUp::None,
             workflow_master_lost: WorkflowAction::Report,
             workflow_stalled: StalledAction::Report,
+            ghost_process: reaper_core::ghost::GhostAction::Report,
             kill_remote_apps: false,
             rules: Vec::new(),
         }
@@ -478,11 +485,11 @@ mod kill_grace {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let v = values::period::deserialize(d)?;
-        if v > reaper_agent::MAX_KILL_GRACE {
+        if v > reaper_core::order::MAX_KILL_GRACE {
             return Err(de::Error::custom(format!(
                 "{} is too long; the most is {}",
                 humantime::format_duration(v),
-                humantime::format_duration(reaper_agent::MAX_KILL_GRACE)
+                humantime::format_duration(reaper_core::order::MAX_KILL_GRACE)
             )));
         }
         Ok(v)
@@ -500,7 +507,7 @@ impl Default for Agent {
             path: "ds-reaper/agents".into(),
             listen: addr("127.0.0.1:9478"),
             allow_kill: false,
-            kill_grace: reaper_agent::DEFAULT_KILL_GRACE,
+            kill_grace: reaper_core::order::DEFAULT_KILL_GRACE,
         }
     }
 }

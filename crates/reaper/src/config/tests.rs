@@ -550,3 +550,108 @@ fn quoted_booleans_and_numbers_in_the_file_are_read_as_before() {
     assert!(!s.leader.enabled);
     assert_eq!(s.rate.per_minute, 60);
 }
+
+#[test]
+fn ghost_keys_and_rules() {
+    let d = Settings::default();
+    assert_eq!(d.reconcile.ghost_after, Duration::from_secs(120));
+    assert_eq!(
+        d.policy.ghost_process,
+        reaper_core::ghost::GhostAction::Report
+    );
+    let s = load_text(
+        r#"
+[reconcile]
+ghost_after = "3s"
+[policy]
+ghost_process = "kill"
+[[policy.rules]]
+reason = "ghost_process"
+task_type = "FLINK_STREAM"
+action = "report"
+[[policy.rules]]
+worker_group = "etl"
+action = "kill"
+"#,
+    )
+    .unwrap();
+    let g = s.ghost_policy(DsLine::V3_2);
+    assert_eq!(g.ghost_after, Duration::from_secs(3));
+    assert_eq!(g.action, reaper_core::ghost::GhostAction::Kill);
+    // only rules naming ghost_process apply to ghosts, and they stay out of the task policy
+    assert_eq!(g.rules.len(), 1);
+    assert_eq!(g.rules[0].task_type.as_deref(), Some("FLINK_STREAM"));
+    assert_eq!(
+        g.rules[0].action,
+        Some(reaper_core::ghost::GhostAction::Report)
+    );
+    assert_eq!(s.policy(DsLine::V3_2).rules.len(), 1);
+
+    let e = load_text(
+        r#"
+[reconcile]
+ghost_after = "0s"
+[policy]
+ghost_process = "fail"
+[[policy.rules]]
+reason = "ghost_process"
+action = "fault-tolerance"
+workflow = "fail"
+owner_master = "lost"
+"#,
+    )
+    .unwrap_err();
+    let all = e.to_string();
+    assert!(
+        all.contains("policy.ghost_process: unknown variant `fail`"),
+        "{all}"
+    );
+    let e = load_text(
+        r#"
+[reconcile]
+ghost_after = "0s"
+[[policy.rules]]
+reason = "ghost_process"
+action = "fault-tolerance"
+workflow = "fail"
+owner_master = "lost"
+"#,
+    )
+    .unwrap_err();
+    let all = e.to_string();
+    for needle in [
+        "reconcile.ghost_after: 0s is too short",
+        "policy.rules[0].action: ghost_process takes \"report\" or \"kill\"",
+        "policy.rules[0].workflow: a follow-up applies to task actions; ghost_process has none",
+        "policy.rules[0].owner_master: ghost_process rules match on",
+    ] {
+        assert!(all.contains(needle), "missing {needle:?} in:\n{all}");
+    }
+}
+
+#[test]
+fn the_jdbc_registry_cannot_kill_ghosts() {
+    let e = load_text(
+        r#"
+[registry]
+type = "jdbc"
+[policy]
+ghost_process = "kill"
+[[policy.rules]]
+reason = "ghost_process"
+action = "kill"
+"#,
+    )
+    .unwrap_err();
+    let all = e.to_string();
+    assert!(
+        all.contains("policy.ghost_process: the jdbc registry carries no kill orders"),
+        "{all}"
+    );
+    assert!(
+        all.contains("policy.rules[0].action: the jdbc registry carries no kill orders"),
+        "{all}"
+    );
+    // reporting them is fine
+    load_text("[registry]\ntype = \"jdbc\"\n[policy]\nghost_process = \"report\"\n").unwrap();
+}

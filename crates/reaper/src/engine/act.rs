@@ -302,6 +302,11 @@ impl Engine {
         };
         let mut open: BTreeMap<(bool, i64, String), Record> = BTreeMap::new();
         for r in records {
+            // A kill order's outcome is the agent's answer, which may come
+            // after a restart (the order node persists): not interrupted.
+            if r.kind == Some(RecordKind::Process) {
+                continue;
+            }
             let workflow = r.kind == Some(RecordKind::Workflow);
             let id = if workflow {
                 r.workflow_instance_id

@@ -6,8 +6,12 @@
 //! - [`act`]: intent → conditional write → outcome, then the follow-ups.
 //! - [`reap`]: the manual form for one task, through the same pipeline.
 //! - [`line`]: which DS line to work with.
+//! - [`ghosts`]: processes that should not be running (SPEC §15) and their kill orders.
 
 mod act;
+#[cfg(test)]
+mod ghost_tests;
+mod ghosts;
 mod line;
 mod reap;
 mod remote;
@@ -93,6 +97,8 @@ pub struct Status {
     pub db_error: Option<String>,
     /// The workflow findings of the last sweep (SPEC §13).
     pub workflows: Arc<Vec<reaper_core::workflow::WorkflowFinding>>,
+    /// The ghost processes of the last sweep (SPEC §15).
+    pub ghosts: Arc<Vec<reaper_core::ghost::Ghost>>,
     /// One point per completed sweep of the last hour, oldest first, for
     /// the status page's charts.
     pub history: std::collections::VecDeque<SweepPoint>,
@@ -124,6 +130,7 @@ struct SweepState {
     schema: Option<reaper_core::ports::SchemaInfo>,
     warned_states: Option<DsLine>,
     warned_line: Option<String>,
+    ghosts: ghosts::GhostState,
 }
 
 /// What a write decision was made on (SPEC §4.1): the registry view's

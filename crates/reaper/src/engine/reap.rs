@@ -26,14 +26,7 @@ pub enum ReapError {
     NotLeader(Option<String>),
 }
 
-#[derive(Debug, Clone, Default)]
-pub struct ReapRequest {
-    pub task_id: i64,
-    pub action: Option<Action>,
-    pub workflow: Option<FollowUp>,
-    pub force: bool,
-    pub actor: String,
-}
+pub use crate::api::ReapRequest;
 
 /// A judged reap, ready to write.
 #[derive(Debug, Clone)]

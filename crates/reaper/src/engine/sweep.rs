@@ -107,6 +107,8 @@ impl Engine {
             }
         };
 
+        let listed = self.read_listed(line, &candidates).await;
+
         // SPEC §4.1: judge against a view taken after the read. A worker that
         // registered during a long scan and got a task is then known, and a
         // host the view never saw counts from the task's own time anyway.
@@ -208,15 +210,31 @@ impl Engine {
                 now,
                 gate,
                 SafetyState {
-                    hold: safety_hold,
+                    hold: safety_hold.clone(),
                     ..plan.next.clone()
                 },
                 plan.action_count(),
             )
             .await;
+        let ghost_safety = SafetyState {
+            hold: safety_hold,
+            ..wf.next
+        };
+        let after_ghosts = self
+            .sweep_ghosts(
+                &mut st,
+                line,
+                listed,
+                &view,
+                now,
+                gate,
+                ghost_safety,
+                plan.action_count() + wf.actions,
+            )
+            .await;
         st.safety = SafetyState {
             hold: None,
-            ..wf.next
+            ..after_ghosts
         };
 
         summary.result = SweepResult::Ok;

@@ -77,6 +77,12 @@ pub fn tr(en: &str) -> &str {
 }
 
 const ZH: &[(&str, &str)] = &[
+    // ghosts (SPEC §15)
+    ("Ghost processes", "不该运行的进程（幽灵进程）"),
+    ("no row", "无记录"),
+    ("newer attempt", "新一次执行"),
+    ("pids", "进程号"),
+    ("row", "数据库记录"),
     // header and verdict
     ("leader", "主节点（leader）"),
     ("leader (election off)", "主节点（未启用选主）"),

@@ -1,12 +1,13 @@
 //! The human status page at `/` (SPEC §8): what an operator opens when an
 //! alert fires. Server-rendered from the same typed views as the API, no
 //! JavaScript, no external assets: a verdict line, summary cards, the last
-//! hour of sweeps as small inline SVG charts, then zombies, workflows,
+//! hour of sweeps as small inline SVG charts, then zombies, workflows, ghosts,
 //! workers with their agents, masters, losses and the latest audit records.
 //! Ages read "12 s ago" with the exact time on hover; it refreshes itself.
 
 mod chart;
 mod format;
+mod ghosts;
 pub mod lang;
 mod style;
 mod summary;
@@ -16,7 +17,7 @@ mod tests;
 
 use crate::audit::Record;
 use crate::engine::SweepPoint;
-use crate::views::{StatusView, WorkersView, WorkflowView, ZombieView};
+use crate::views::{GhostView, StatusView, WorkersView, WorkflowView, ZombieView};
 use format::{ago, esc, section};
 use reaper_core::Instant;
 use std::fmt::Write;
@@ -38,6 +39,8 @@ pub struct Page {
     /// All the last sweep's zombies by reason (see [`tally`]).
     pub zombie_reasons: Vec<(&'static str, usize)>,
     pub workflows: Vec<WorkflowView>,
+    /// Processes that should not be running (SPEC §15).
+    pub ghosts: Vec<GhostView>,
     /// The latest audit records, oldest first.
     pub recent: Vec<Record>,
     /// One point per completed sweep of the last hour, oldest first.
@@ -82,6 +85,7 @@ fn render_in_lang(p: &Page) -> String {
     }
     zombies(&mut h, p);
     workflows(&mut h, p);
+    ghosts::ghosts(&mut h, p);
     workers(&mut h, p);
     h.push_str("<div class=\"two\">");
     section(
@@ -114,6 +118,7 @@ fn render_in_lang(p: &Page) -> String {
     h.push_str(
         "<footer class=\"muted\">JSON: <a href=\"/api/v1/status\">status</a> · \
          <a href=\"/api/v1/zombies\">zombies</a> · <a href=\"/api/v1/workflows\">workflows</a> · \
+         <a href=\"/api/v1/ghosts\">ghosts</a> · \
          <a href=\"/api/v1/workers\">workers</a> · <a href=\"/api/v1/audit\">audit</a> · \
          <a href=\"/metrics\">metrics</a></footer></main></body></html>",
     );

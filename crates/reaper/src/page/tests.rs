@@ -81,6 +81,7 @@ fn quiet_page(now: Instant) -> Page {
         zombies_total: 0,
         zombie_reasons: vec![],
         workflows: vec![],
+        ghosts: vec![],
         recent: vec![],
         history: vec![],
         now,

@@ -1,0 +1,579 @@
+//! Processes that should not be running (SPEC §15): a task process a fresh
+//! agent still lists although DS's database says the task instance is over.
+//!
+//! Pure: the engine reads the listed tasks' rows by id, hands them here with
+//! the view and the memory of earlier sweeps, and executes what comes back
+//! (kill orders, under the same brake, caps and token bucket as every write).
+
+use crate::agent::{AgentProcess, AgentSeen};
+use crate::candidate::Candidate;
+use crate::host;
+use crate::line::{DsLine, NEED_FAULT_TOLERANCE};
+use crate::order::OrderPid;
+use crate::plan::{Blocked, Disposition, SafetyState};
+use crate::view::{NodeKind, RegistryView};
+use crate::{delta, Instant};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// The reason name of every ghost (and of the rules that match them).
+pub const GHOST_PROCESS: &str = "ghost_process";
+
+/// The note of a ghost whose kill order is outstanding (or was issued less
+/// than `ghost_after` ago and is not answered yet).
+pub const KILL_ORDERED: &str = "kill_ordered";
+
+/// A listed task's row as read by id, in any state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GhostRow {
+    pub row: Candidate,
+    pub flag: i32,
+    pub end_time: Option<Instant>,
+    /// For a `flag = 0` row: the `flag = 1` attempt of the same task in the
+    /// same workflow instance, when there is one.
+    pub newer_attempt: Option<NewerAttempt>,
+}
+
+/// What a batched read of listed task ids found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GhostRead {
+    pub rows: Vec<GhostRow>,
+    /// Ids whose row exists but cannot be decoded: never taken for gone.
+    pub undecodable: Vec<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewerAttempt {
+    pub id: i64,
+    pub host: Option<String>,
+    pub submit_time: Option<Instant>,
+}
+
+/// `[policy] ghost_process` and a rule's action for `ghost_process`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GhostAction {
+    #[default]
+    Report,
+    Kill,
+}
+
+impl GhostAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GhostAction::Report => "report",
+            GhostAction::Kill => "kill",
+        }
+    }
+}
+
+impl fmt::Display for GhostAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for GhostAction {
+    type Err = crate::policy::BadValue;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "report" => Ok(GhostAction::Report),
+            "kill" => Ok(GhostAction::Kill),
+            _ => Err(crate::policy::BadValue {
+                what: "ghost_process",
+                got: s.to_string(),
+                expected: "report, kill",
+            }),
+        }
+    }
+}
+
+/// A `[[policy.rules]]` entry with `reason = "ghost_process"` (or none).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GhostRule {
+    pub task_type: Option<String>,
+    pub worker_group: Option<String>,
+    pub project_code: Option<i64>,
+    /// None: the `[policy]` default.
+    pub action: Option<GhostAction>,
+}
+
+impl GhostRule {
+    fn matches(&self, row: Option<&Candidate>) -> bool {
+        if let Some(t) = &self.task_type {
+            if !row.is_some_and(|r| r.task_type.trim().eq_ignore_ascii_case(t.trim())) {
+                return false;
+            }
+        }
+        if let Some(g) = &self.worker_group {
+            let wg = row.and_then(|r| r.worker_group.as_deref());
+            if !wg.is_some_and(|wg| wg.trim().eq_ignore_ascii_case(g.trim())) {
+                return false;
+            }
+        }
+        if let Some(p) = self.project_code {
+            if row.and_then(|r| r.project_code) != Some(p) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct GhostPolicy {
+    pub line: DsLine,
+    pub action: GhostAction,
+    /// First match wins.
+    pub rules: Vec<GhostRule>,
+    pub ghost_after: Duration,
+    pub clock_skew_tolerance: Duration,
+    pub agent_stale_after: Duration,
+    pub startup_settle: Duration,
+    pub max_actions_per_sweep: usize,
+}
+
+impl GhostPolicy {
+    pub fn defaults(line: DsLine) -> Self {
+        GhostPolicy {
+            line,
+            action: GhostAction::Report,
+            rules: Vec::new(),
+            ghost_after: Duration::from_secs(120),
+            clock_skew_tolerance: Duration::from_secs(5),
+            agent_stale_after: Duration::from_secs(35),
+            startup_settle: Duration::from_secs(30),
+            max_actions_per_sweep: 50,
+        }
+    }
+
+    fn decide(&self, row: Option<&Candidate>) -> GhostAction {
+        self.rules
+            .iter()
+            .find(|r| r.matches(row))
+            .and_then(|r| r.action)
+            .unwrap_or(self.action)
+    }
+}
+
+/// What the daemon remembers of one listed task between sweeps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Track {
+    /// When a sweep first read the row as over (the daemon's clock).
+    pub over_since: Instant,
+    /// Fresh reports that arrived after `over_since` and listed the task.
+    pub reports: u32,
+    /// Arrival of the latest report counted.
+    pub counted_to: Instant,
+    /// When the latest kill order for it was written.
+    pub ordered_at: Option<Instant>,
+}
+
+/// The memory of every listed task, by (worker, task id).
+pub type GhostMemory = BTreeMap<(String, i64), Track>;
+
+/// Why a listed task's row says its process should not run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Over {
+    /// A terminal state of the line.
+    Terminal,
+    NeedFaultTolerance,
+    /// `flag = 0`: a newer attempt exists.
+    Superseded,
+    /// The row names another host.
+    OtherHost,
+    /// No row at all.
+    NoRow,
+}
+
+impl Over {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Over::Terminal => "terminal_state",
+            Over::NeedFaultTolerance => "need_fault_tolerance",
+            Over::Superseded => "flag_0",
+            Over::OtherHost => "other_host",
+            Over::NoRow => "no_row",
+        }
+    }
+}
+
+/// Whether the row (or its absence) says the task is over for `worker`'s
+/// process, and how. A live row on this worker — or one with no host yet —
+/// is not over: its process is the task itself.
+pub fn over(view: &RegistryView, worker: &str, row: Option<&GhostRow>) -> Option<Over> {
+    let Some(r) = row else {
+        return Some(Over::NoRow);
+    };
+    if DsLine::is_finished_task_state(r.row.state) {
+        return Some(Over::Terminal);
+    }
+    if r.row.state == NEED_FAULT_TOLERANCE {
+        return Some(Over::NeedFaultTolerance);
+    }
+    if r.flag == 0 {
+        return Some(Over::Superseded);
+    }
+    // A live row is another host's only when its host is a worker the view
+    // knows (live or lost) and not this one: a host the view cannot place —
+    // an address whose alias was forgotten — might be this worker's own, and
+    // a live task's process is never a ghost.
+    let h = r.row.host.as_deref().filter(|h| !host::is_empty(Some(h)))?;
+    let me = host::normalize(worker);
+    let named = view.resolve(NodeKind::Worker, h);
+    if named == me {
+        return None;
+    }
+    let own_address = view
+        .workers
+        .get(me.as_ref())
+        .and_then(|n| n.address.as_deref());
+    let known =
+        view.live(NodeKind::Worker, h).is_some() || view.lost_at(NodeKind::Worker, h).is_some();
+    if known && named != me && own_address != Some(host::normalize(h).as_ref()) {
+        return Some(Over::OtherHost);
+    }
+    None
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GhostEvidence {
+    /// Which rule of SPEC §15 the row broke.
+    pub over: Over,
+    pub row_state: Option<String>,
+    pub row_flag: Option<i32>,
+    pub row_host: Option<String>,
+    pub row_start_time: Option<Instant>,
+    pub row_end_time: Option<Instant>,
+    pub pids: Vec<i32>,
+    pub started_at: Option<Instant>,
+    /// When the daemon first read the row as over.
+    pub over_since: Instant,
+    /// Fresh reports since then that still listed the task.
+    pub reports_since: u32,
+    pub newer_attempt_id: Option<i64>,
+    pub newer_attempt_host: Option<String>,
+    /// Processes listed under the task that are not its own (a controlling
+    /// terminal, started outside the task's life, the worker JVM).
+    pub excluded_pids: Vec<i32>,
+}
+
+/// One ghost: a listed task over for `ghost_after` with processes of its own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ghost {
+    pub task_id: i64,
+    pub task_name: Option<String>,
+    pub task_type: Option<String>,
+    pub worker_group: Option<String>,
+    pub workflow_instance_id: Option<i64>,
+    /// The agent's worker (its registered node name).
+    pub worker: String,
+    /// The task's own processes, as the order names them.
+    pub processes: Vec<OrderPid>,
+    pub started_at: Option<Instant>,
+    pub row_state: Option<String>,
+    pub row_flag: Option<i32>,
+    pub row_host: Option<String>,
+    pub newer_attempt: Option<NewerAttempt>,
+    pub evidence: GhostEvidence,
+    pub action: GhostAction,
+    pub note: Option<String>,
+    pub disposition: Disposition,
+}
+
+impl Ghost {
+    pub fn pids(&self) -> Vec<i32> {
+        self.processes.iter().map(|p| p.pid).collect()
+    }
+}
+
+/// One listed task to judge: the worker whose agent lists it and its row
+/// as read after the listing arrived (None: no row).
+pub struct Listed<'a> {
+    pub worker: &'a str,
+    pub task_id: i64,
+    pub row: Option<&'a GhostRow>,
+}
+
+/// The tasks fresh agents list now, by worker: what the sweep reads by id.
+pub fn listed_ids(view: &RegistryView, now: Instant, stale_after: Duration) -> BTreeSet<i64> {
+    view.agents
+        .values()
+        .filter(|a| a.fresh(now, stale_after))
+        .filter_map(|a| a.report.as_ref())
+        .flat_map(|r| r.tasks.iter().map(|t| t.task_id))
+        .collect()
+}
+
+/// What [`plan_ghosts`] returns.
+pub struct GhostPlan {
+    pub ghosts: Vec<Ghost>,
+    pub memory: GhostMemory,
+    pub next: SafetyState,
+}
+
+/// Judges every task a fresh agent lists whose id was read (`rows` holds
+/// what the read found; `read` every id asked: an id not asked is never
+/// taken for a vanished row). `outstanding` are the order nodes in the
+/// registry. Orders share the sweep's budget: `taken` actions already used.
+#[allow(clippy::too_many_arguments)]
+pub fn plan_ghosts(
+    view: &RegistryView,
+    read: &BTreeSet<i64>,
+    rows: &BTreeMap<i64, GhostRow>,
+    outstanding: &BTreeSet<(String, i64)>,
+    memory: &GhostMemory,
+    now: Instant,
+    policy: &GhostPolicy,
+    taken: usize,
+    state: &SafetyState,
+) -> GhostPlan {
+    let mut next = state.clone();
+    let mut kept = GhostMemory::new();
+    let Some(valid_since) = view.valid_since() else {
+        return GhostPlan {
+            ghosts: Vec::new(),
+            memory: memory.clone(),
+            next,
+        };
+    };
+    let global = if let Some(h) = &state.hold {
+        Some(Blocked::Hold(h.clone()))
+    } else if state.brake.engaged() {
+        Some(Blocked::Brake(
+            state.brake.why.clone().unwrap_or_else(|| "engaged".into()),
+        ))
+    } else if now - valid_since < delta(policy.startup_settle) {
+        Some(Blocked::Settling)
+    } else {
+        None
+    };
+    let mut taken = taken;
+    let mut ghosts = Vec::new();
+    let mut agents: Vec<(&String, &AgentSeen)> = view.agents.iter().collect();
+    agents.sort_by(|a, b| a.0.cmp(b.0));
+    for (worker, seen) in agents {
+        if !seen.fresh(now, policy.agent_stale_after) {
+            // Not fresh: nothing is judged, and the clocks restart once it is.
+            continue;
+        }
+        let Some(report) = seen.report.as_ref() else {
+            continue;
+        };
+        let jvm = view.workers.get(worker).and_then(|n| n.process_id);
+        for task in &report.tasks {
+            if !read.contains(&task.task_id) {
+                // Listed since the read: judged next sweep, its clock kept.
+                let key = (worker.clone(), task.task_id);
+                if let Some(t) = memory.get(&key) {
+                    kept.insert(key, t.clone());
+                }
+                continue;
+            }
+            let row = rows.get(&task.task_id);
+            // most listed tasks run: decided without allocating
+            let Some(over) = over(view, worker, row) else {
+                continue;
+            };
+            let key = (worker.clone(), task.task_id);
+            let mut track = memory.get(&key).cloned().unwrap_or(Track {
+                over_since: now,
+                reports: 0,
+                counted_to: now,
+                ordered_at: None,
+            });
+            for mark in &seen.history {
+                if mark.received_at > track.counted_to
+                    && mark.tasks.binary_search(&task.task_id).is_ok()
+                {
+                    track.reports += 1;
+                    track.counted_to = mark.received_at;
+                }
+            }
+            kept.insert(key.clone(), track.clone());
+            if now - track.over_since < delta(policy.ghost_after) || track.reports < 2 {
+                continue;
+            }
+            let window = own_window(row, track.over_since, policy.clock_skew_tolerance);
+            let (own, excluded): (Vec<&AgentProcess>, Vec<&AgentProcess>) =
+                task.processes.iter().partition(|p| is_own(p, window, jvm));
+            if own.is_empty() {
+                continue;
+            }
+            let started_at = own
+                .iter()
+                .map(|p| p.started_at)
+                .min()
+                .and_then(chrono::DateTime::from_timestamp_millis);
+            let processes: Vec<OrderPid> = own
+                .iter()
+                .map(|p| OrderPid {
+                    pid: p.pid,
+                    start_time: p.started_at,
+                })
+                .collect();
+            let cand = row.map(|r| &r.row);
+            let row_state = row.map(|r| {
+                policy
+                    .line
+                    .state_name(r.row.state)
+                    .map(str::to_string)
+                    .unwrap_or_else(|| format!("code {}", r.row.state))
+            });
+            let newer = row.and_then(|r| r.newer_attempt.clone());
+            let evidence = GhostEvidence {
+                over,
+                row_state: row_state.clone(),
+                row_flag: row.map(|r| r.flag),
+                row_host: cand.and_then(|c| c.host.clone()),
+                row_start_time: cand.and_then(|c| c.start_time),
+                row_end_time: row.and_then(|r| r.end_time),
+                pids: processes.iter().map(|p| p.pid).collect(),
+                started_at,
+                over_since: track.over_since,
+                reports_since: track.reports,
+                newer_attempt_id: newer.as_ref().map(|n| n.id),
+                newer_attempt_host: newer.as_ref().and_then(|n| n.host.clone()),
+                excluded_pids: excluded.iter().map(|p| p.pid).collect(),
+            };
+            let action = policy.decide(cand);
+            let mut note = None;
+            let disposition = match action {
+                GhostAction::Report => Disposition::Report,
+                GhostAction::Kill => {
+                    let waiting = outstanding.contains(&key)
+                        || track
+                            .ordered_at
+                            .is_some_and(|at| now - at < delta(policy.ghost_after));
+                    if waiting {
+                        note = Some(KILL_ORDERED.to_string());
+                        Disposition::Report
+                    } else if let Some(g) = &global {
+                        Disposition::Blocked(g.clone())
+                    } else if taken >= policy.max_actions_per_sweep {
+                        Disposition::Blocked(Blocked::SweepCap)
+                    } else if !next.bucket.as_mut().is_some_and(|b| b.try_take()) {
+                        Disposition::Blocked(Blocked::RateLimit)
+                    } else {
+                        taken += 1;
+                        Disposition::Act
+                    }
+                }
+            };
+            // a hold (standby, check) is said once by the status, not per ghost
+            if let Disposition::Blocked(b) = &disposition {
+                if !matches!(b, Blocked::Hold(_)) {
+                    note = Some(b.describe());
+                }
+            }
+            ghosts.push(Ghost {
+                task_id: task.task_id,
+                task_name: cand.map(|c| c.name.clone()),
+                task_type: cand.map(|c| c.task_type.clone()),
+                worker_group: cand.and_then(|c| c.worker_group.clone()),
+                workflow_instance_id: cand
+                    .and_then(|c| c.workflow_instance_id)
+                    .or(Some(task.workflow_instance_id)),
+                worker: worker.clone(),
+                processes,
+                started_at,
+                row_state,
+                row_flag: row.map(|r| r.flag),
+                row_host: cand.and_then(|c| c.host.clone()),
+                newer_attempt: newer,
+                evidence,
+                action,
+                note,
+                disposition,
+            });
+        }
+    }
+    GhostPlan {
+        ghosts,
+        memory: kept,
+        next,
+    }
+}
+
+/// `check`'s memory, which has seen no earlier sweep: a task counts as over
+/// from its row's end (else its newer attempt's submit time) plus the clock
+/// skew tolerance, and the agent's kept reports since then are counted. A
+/// row with neither time (NEED_FAULT_TOLERANCE, gone, another host) cannot
+/// be judged in one look and is left to the daemon.
+pub fn check_memory(
+    view: &RegistryView,
+    rows: &BTreeMap<i64, GhostRow>,
+    now: Instant,
+    policy: &GhostPolicy,
+) -> GhostMemory {
+    let mut memory = GhostMemory::new();
+    for (worker, seen) in &view.agents {
+        if !seen.fresh(now, policy.agent_stale_after) {
+            continue;
+        }
+        for task in seen.report.iter().flat_map(|r| &r.tasks) {
+            let Some(r) = rows.get(&task.task_id) else {
+                continue;
+            };
+            if over(view, worker, Some(r)).is_none() {
+                continue;
+            }
+            let since = r
+                .end_time
+                .or_else(|| r.newer_attempt.as_ref().and_then(|n| n.submit_time));
+            if let Some(since) = since {
+                let at = (since + delta(policy.clock_skew_tolerance)).min(now);
+                memory.insert(
+                    (worker.clone(), task.task_id),
+                    Track {
+                        over_since: at,
+                        reports: 0,
+                        counted_to: at,
+                        ordered_at: None,
+                    },
+                );
+            }
+        }
+    }
+    memory
+}
+
+/// Marks an order as written at `at`, so that it is re-issued at most once
+/// per `ghost_after` while no answer comes.
+pub fn ordered(memory: &mut GhostMemory, worker: &str, task_id: i64, at: Instant) {
+    if let Some(t) = memory.get_mut(&(worker.to_string(), task_id)) {
+        t.ordered_at = Some(at);
+    }
+}
+
+/// The start-time window of the task's own processes (epoch ms, inclusive):
+/// from the row's start (else submit) time, to its end — for a row without
+/// one, the newer attempt's submit time, else when the daemon first saw the
+/// row over — each widened by the clock skew tolerance.
+fn own_window(row: Option<&GhostRow>, over_since: Instant, skew: Duration) -> (Option<i64>, i64) {
+    let skew = delta(skew);
+    let from = row
+        .and_then(|r| r.row.start_time.or(r.row.submit_time))
+        .map(|t| (t - skew).timestamp_millis());
+    let to = row
+        .and_then(|r| {
+            r.end_time
+                .or_else(|| r.newer_attempt.as_ref().and_then(|n| n.submit_time))
+        })
+        .unwrap_or(over_since);
+    (from, (to + skew).timestamp_millis())
+}
+
+fn is_own(p: &AgentProcess, (from, to): (Option<i64>, i64), jvm: Option<i64>) -> bool {
+    !p.tty
+        && jvm != Some(i64::from(p.pid))
+        && from.is_none_or(|f| p.started_at >= f)
+        && p.started_at <= to
+}
+
+#[cfg(test)]
+mod tests;

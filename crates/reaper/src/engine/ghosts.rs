@@ -1,0 +1,474 @@
+//! Processes that should not be running (SPEC §15), the engine's part: the
+//! listed task ids read by id in the sweep that reads the candidates, judged
+//! by reaper-core's `plan_ghosts` against the sweep's view, published, and —
+//! as leader, unbraked, within the sweep's budget — ended by kill orders the
+//! agents carry out: intent on disk, the order node, and the outcome audited
+//! when the agent's report answers, then the node removed. Nothing of DS's
+//! database is ever written for a ghost.
+
+use super::{Engine, Gate, SweepState};
+use crate::audit::{AuditEvent, Record, RecordKind};
+use reaper_core::ghost::{self, Ghost, GhostMemory, GhostRow};
+use reaper_core::order::{KillOrder, OrderOutcome};
+use reaper_core::ports::PortError;
+use reaper_core::{Disposition, DsLine, Instant, RegistryView, SafetyState};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+/// Answers already audited are remembered this long, so that a report read
+/// twice is audited once.
+const ANSWERED_KEEP: usize = 10_000;
+
+/// What the ghost part of the sweeps remembers.
+#[derive(Default)]
+pub(super) struct GhostState {
+    memory: GhostMemory,
+    /// Ghosts already audited as `detected`, by (worker, task id).
+    seen: HashSet<(String, i64)>,
+    /// Orders this daemon wrote and not yet saw answered, by order id.
+    issued: HashMap<String, (String, KillOrder)>,
+    /// Order ids whose answer is audited, oldest first.
+    answered: std::collections::VecDeque<String>,
+}
+
+/// The listed tasks' rows, read in the sweep after the candidates.
+pub(super) struct Listed {
+    read: BTreeSet<i64>,
+    rows: BTreeMap<i64, GhostRow>,
+    /// The order nodes in the registry; None when they could not be read
+    /// (no order is then written: one may be outstanding).
+    orders: Option<Vec<(String, KillOrder)>>,
+}
+
+impl Engine {
+    /// Reads the rows of every task a fresh agent lists now (SPEC §15: the
+    /// row is read after the listing arrived), and the outstanding orders.
+    /// None when the store cannot read them: no ghost is judged then.
+    ///
+    /// A listed task among this sweep's `candidates` (a `flag = 1` row in a
+    /// live state, read moments ago) is taken from them: most listed tasks
+    /// are running ones, so only the others cost a read.
+    pub(super) async fn read_listed(
+        &self,
+        line: DsLine,
+        candidates: &[reaper_core::Candidate],
+    ) -> Option<Listed> {
+        let view = self.registry.view();
+        let stale_after = self.settings.reconcile.agent_stale_after;
+        let ids: Vec<i64> = ghost::listed_ids(&view, self.now(), stale_after)
+            .into_iter()
+            .collect();
+        let no_agents = view.agents.is_empty();
+        // Without agents there are neither ghosts nor answers: no registry
+        // call at all for clusters that run none.
+        let orders = match no_agents {
+            true => Ok(Vec::new()),
+            false => self.registry.orders().await,
+        };
+        let orders = match orders {
+            Ok(o) => Some(o),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the kill orders; none is written in this sweep");
+                None
+            }
+        };
+        if ids.is_empty() {
+            drop(view);
+            return Some(Listed {
+                read: BTreeSet::new(),
+                rows: BTreeMap::new(),
+                orders,
+            });
+        }
+        // Which worker's agent lists each task (the first, should two).
+        let now = self.now();
+        let mut lister: HashMap<i64, &str> = HashMap::new();
+        for (w, a) in view
+            .agents
+            .iter()
+            .filter(|(_, a)| a.fresh(now, stale_after))
+        {
+            for t in a.report.iter().flat_map(|r| &r.tasks) {
+                lister.entry(t.task_id).or_insert(w.as_str());
+            }
+        }
+        let mut rows: BTreeMap<i64, GhostRow> = BTreeMap::new();
+        for c in candidates {
+            let Some(worker) = lister.get(&c.id) else {
+                continue;
+            };
+            // A live row on the lister's own worker is all the judgement
+            // needs of it (no ghost): its state and host, not a full copy
+            // held through the rest of the sweep.
+            let slim = reaper_core::Candidate::new(c.id, "", c.state, c.host.as_deref());
+            let mut row = GhostRow {
+                row: slim,
+                flag: 1,
+                end_time: None,
+                newer_attempt: None,
+            };
+            if ghost::over(&view, worker, Some(&row)).is_some() {
+                row.row = c.clone();
+            }
+            rows.insert(c.id, row);
+        }
+        drop(view);
+        let rest: Vec<i64> = ids
+            .iter()
+            .copied()
+            .filter(|i| !rows.contains_key(i))
+            .collect();
+        let found = if rest.is_empty() {
+            Ok(reaper_core::ghost::GhostRead::default())
+        } else {
+            self.store.ghost_rows(line, &rest).await
+        };
+        match found {
+            Ok(found) => {
+                let bad: BTreeSet<i64> = found.undecodable.into_iter().collect();
+                rows.extend(found.rows.into_iter().map(|r| (r.row.id, r)));
+                Some(Listed {
+                    read: ids.into_iter().filter(|i| !bad.contains(i)).collect(),
+                    rows,
+                    orders,
+                })
+            }
+            Err(PortError::Invalid(why)) => {
+                tracing::debug!(%why, "listed tasks not read: no ghost is judged");
+                None
+            }
+            Err(e) => {
+                self.db_failed(&e);
+                tracing::warn!(error = %e, "cannot read the listed tasks; no ghost is judged in this sweep");
+                None
+            }
+        }
+    }
+
+    /// `check`'s ghosts: judged in one look (SPEC §15), counting from the
+    /// row's end time and the agents' kept reports; nothing is ordered.
+    pub async fn check_ghosts(&self, line: DsLine) -> Result<Vec<Ghost>, String> {
+        let Some(listed) = self.read_listed(line, &[]).await else {
+            return Ok(Vec::new());
+        };
+        let view = self.registry.view();
+        if !view.is_valid() {
+            return Err("the registry view is not valid".into());
+        }
+        let now = self.now();
+        let mut policy = self.settings.ghost_policy(line);
+        policy.startup_settle = std::time::Duration::ZERO;
+        let memory = ghost::check_memory(&view, &listed.rows, now, &policy);
+        let safety = SafetyState {
+            hold: Some("check never writes".into()),
+            ..SafetyState::default()
+        };
+        let outstanding = outstanding(&listed);
+        Ok(ghost::plan_ghosts(
+            &view,
+            &listed.read,
+            &listed.rows,
+            &outstanding,
+            &memory,
+            now,
+            &policy,
+            0,
+            &safety,
+        )
+        .ghosts)
+    }
+
+    fn ghost_record(&self, event: AuditEvent, g: &Ghost, line: DsLine, now: Instant) -> Record {
+        let mut r = Record::event(event, "daemon", now);
+        r.kind = Some(RecordKind::Process);
+        r.task_id = Some(g.task_id);
+        r.workflow_instance_id = g.workflow_instance_id;
+        r.task_name = g.task_name.clone();
+        r.host = Some(g.worker.clone());
+        r.worker_group = g.worker_group.clone();
+        r.reason = Some(ghost::GHOST_PROCESS.to_string());
+        r.evidence = serde_json::to_value(&g.evidence).ok();
+        r.from_state = g.row_state.clone();
+        r.action = Some(g.action.as_str().to_string());
+        r.ds_line = Some(line.as_str().to_string());
+        r
+    }
+
+    async fn audit(&self, records: Vec<Record>) -> Result<(), String> {
+        self.audit
+            .append_blocking(records)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// Judges the listed tasks, publishes the ghosts, orders the kills the
+    /// plan allows and audits the agents' answers. Returns the safety state
+    /// after its orders (the bucket they took).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn sweep_ghosts(
+        &self,
+        st: &mut SweepState,
+        line: DsLine,
+        listed: Option<Listed>,
+        view: &RegistryView,
+        now: Instant,
+        gate: Gate,
+        mut safety: SafetyState,
+        taken: usize,
+    ) -> SafetyState {
+        let Some(listed) = listed else {
+            return safety;
+        };
+        let outstanding = outstanding(&listed);
+        let hold_before = safety.hold.clone();
+        if listed.orders.is_none() && safety.hold.is_none() {
+            safety.hold = Some("the kill orders in the registry cannot be read".into());
+        }
+        let policy = self.settings.ghost_policy(line);
+        let plan = ghost::plan_ghosts(
+            view,
+            &listed.read,
+            &listed.rows,
+            &outstanding,
+            &st.ghosts.memory,
+            now,
+            &policy,
+            taken,
+            &safety,
+        );
+        let mut next = plan.next;
+        next.hold = hold_before;
+        st.ghosts.memory = plan.memory;
+        let ghosts = Arc::new(plan.ghosts);
+        self.record_ghosts(st, &ghosts, line, now).await;
+        self.metrics.ghosts.set(ghosts.len() as i64);
+        self.status_write().ghosts = ghosts.clone();
+
+        if self.is_leader() {
+            if let Some(orders) = &listed.orders {
+                self.answers(st, view, orders, line, now).await;
+            }
+        }
+        for g in ghosts.iter().filter(|g| g.disposition == Disposition::Act) {
+            if let Err(why) = self.gate_open(&gate) {
+                tracing::warn!(%why, "no more kill orders in this sweep");
+                break;
+            }
+            self.order(st, g, view, line, now).await;
+        }
+        next
+    }
+
+    /// Audits new ghosts once (`detected`, kind `process`); forgets those
+    /// gone, so the set stays bounded.
+    async fn record_ghosts(
+        &self,
+        st: &mut SweepState,
+        ghosts: &[Ghost],
+        line: DsLine,
+        now: Instant,
+    ) {
+        let current: HashSet<(String, i64)> = ghosts
+            .iter()
+            .map(|g| (g.worker.clone(), g.task_id))
+            .collect();
+        let mut records = Vec::new();
+        for g in ghosts {
+            if st.ghosts.seen.insert((g.worker.clone(), g.task_id)) {
+                tracing::warn!(task_id = g.task_id, worker = %g.worker, pids = ?g.pids(),
+                    row_state = ?g.row_state, action = %g.action, "ghost process detected");
+                records.push(self.ghost_record(AuditEvent::Detected, g, line, now));
+            }
+        }
+        st.ghosts.seen.retain(|k| current.contains(k));
+        if let Err(e) = self.audit(records).await {
+            tracing::error!(error = %e, "cannot write the audit trail");
+        }
+    }
+
+    /// One kill order: the intent on disk first, then the node.
+    async fn order(
+        &self,
+        st: &mut SweepState,
+        g: &Ghost,
+        view: &RegistryView,
+        line: DsLine,
+        now: Instant,
+    ) {
+        // The agent reads the folder named as it spells its worker; the
+        // view keys agents by the normalised name.
+        let folder = view
+            .agents
+            .get(&g.worker)
+            .and_then(|a| a.report.as_ref())
+            .map(|r| r.worker.trim().to_string())
+            .filter(|w| reaper_core::host::normalize(w) == g.worker.as_str())
+            .unwrap_or_else(|| g.worker.clone());
+        let order = KillOrder {
+            task_id: g.task_id,
+            pids: g.processes.clone(),
+            reason: ghost::GHOST_PROCESS.to_string(),
+            issued_at: now.timestamp_millis(),
+            order_id: order_id(&g.worker, g.task_id, now),
+        };
+        let mut intent = self.ghost_record(AuditEvent::Intent, g, line, now);
+        intent.detail = Some(format!("kill order {}", order.order_id));
+        if let Err(e) = self.audit(vec![intent]).await {
+            tracing::error!(error = %e, task_id = g.task_id, "intent not audited: no kill order");
+            return;
+        }
+        match self.registry.put_order(&folder, &order).await {
+            Ok(()) => {
+                tracing::warn!(task_id = g.task_id, worker = %g.worker, order_id = %order.order_id,
+                    pids = ?g.pids(), "kill order written");
+                ghost::ordered(&mut st.ghosts.memory, &g.worker, g.task_id, now);
+                st.ghosts
+                    .issued
+                    .insert(order.order_id.clone(), (folder, order));
+            }
+            Err(e) => {
+                // tried again once ghost_after has passed, not every sweep
+                ghost::ordered(&mut st.ghosts.memory, &g.worker, g.task_id, now);
+                tracing::error!(error = %e, task_id = g.task_id, "kill order not written");
+                self.metrics
+                    .ghost_actions_total
+                    .with_label_values(&["error"])
+                    .inc();
+                let mut r = self.ghost_record(AuditEvent::Error, g, line, self.now());
+                r.detail = Some(format!("kill order not written: {e}"));
+                if let Err(e) = self.audit(vec![r]).await {
+                    tracing::error!(error = %e, "cannot write the audit trail");
+                }
+            }
+        }
+    }
+
+    /// The agents' answers to orders: each audited once (killed, gone →
+    /// done; refused, partial → error with the agent's detail), counted,
+    /// and its order node removed.
+    async fn answers(
+        &self,
+        st: &mut SweepState,
+        view: &RegistryView,
+        outstanding: &[(String, KillOrder)],
+        line: DsLine,
+        now: Instant,
+    ) {
+        let by_id: HashMap<&str, &(String, KillOrder)> = outstanding
+            .iter()
+            .map(|o| (o.1.order_id.as_str(), o))
+            .collect();
+        // The agent answers only while an order's node exists: an order of
+        // this run whose node is gone will never be answered.
+        st.ghosts
+            .issued
+            .retain(|id, _| by_id.contains_key(id.as_str()));
+        let mut agents: Vec<(&String, Vec<&OrderOutcome>)> = view
+            .agents
+            .iter()
+            .filter_map(|(w, a)| Some((w, a.report.as_ref()?.orders.iter().collect())))
+            .collect();
+        agents.sort_by(|a, b| a.0.cmp(b.0));
+        for (worker, outcomes) in agents {
+            for o in outcomes {
+                // an order of ours: this run's, or one still in the registry
+                let known = st
+                    .ghosts
+                    .issued
+                    .get(&o.order_id)
+                    .cloned()
+                    .or_else(|| by_id.get(o.order_id.as_str()).map(|x| (*x).clone()));
+                let Some((order_worker, order)) = known else {
+                    continue;
+                };
+                if reaper_core::host::normalize(&order_worker)
+                    != reaper_core::host::normalize(worker)
+                {
+                    continue;
+                }
+                if !st.ghosts.answered.contains(&o.order_id) {
+                    if let Err(e) = self.answered(o, &order_worker, &order, line, now).await {
+                        // not marked answered: audited (and removed) next sweep
+                        tracing::error!(error = %e, "cannot write the audit trail");
+                        continue;
+                    }
+                    st.ghosts.issued.remove(&o.order_id);
+                    if st.ghosts.answered.len() >= ANSWERED_KEEP {
+                        st.ghosts.answered.pop_front();
+                    }
+                    st.ghosts.answered.push_back(o.order_id.clone());
+                }
+                // The agent answers while the node exists: remove it, unless
+                // it holds a newer order for the task by now.
+                if by_id.contains_key(o.order_id.as_str()) {
+                    if let Err(e) = self
+                        .registry
+                        .delete_order(&order_worker, order.task_id)
+                        .await
+                    {
+                        tracing::warn!(error = %e, task_id = order.task_id,
+                            "order node not removed; retried while the agent still answers it");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Audits and counts one answer.
+    async fn answered(
+        &self,
+        o: &OrderOutcome,
+        worker: &str,
+        order: &KillOrder,
+        line: DsLine,
+        now: Instant,
+    ) -> Result<(), String> {
+        self.metrics
+            .ghost_actions_total
+            .with_label_values(&[o.result.as_str()])
+            .inc();
+        let event = if o.result.is_done() {
+            AuditEvent::Done
+        } else {
+            AuditEvent::Error
+        };
+        let mut r = Record::event(event, "daemon", now);
+        r.kind = Some(RecordKind::Process);
+        r.task_id = Some(order.task_id);
+        r.host = Some(worker.to_string());
+        r.reason = Some(order.reason.clone());
+        r.action = Some("kill".into());
+        r.ds_line = Some(line.as_str().to_string());
+        r.evidence = Some(serde_json::json!({ "pids": order.pids, "order_id": order.order_id }));
+        r.detail = Some(if o.detail.is_empty() {
+            o.result.as_str().to_string()
+        } else {
+            format!("{}: {}", o.result.as_str(), o.detail)
+        });
+        tracing::warn!(task_id = order.task_id, worker = %worker, order_id = %o.order_id,
+            result = o.result.as_str(), detail = %o.detail, "kill order answered");
+        self.audit(vec![r]).await
+    }
+}
+
+/// The outstanding orders by (normalised worker, task id), as the plan keys ghosts.
+fn outstanding(listed: &Listed) -> BTreeSet<(String, i64)> {
+    listed
+        .orders
+        .iter()
+        .flatten()
+        .map(|(w, o)| (reaper_core::host::normalize(w).into_owned(), o.task_id))
+        .collect()
+}
+
+/// Unique per issue: worker, task and the daemon's clock, plus a process-wide
+/// counter so two issues in one millisecond differ.
+fn order_id(worker: &str, task_id: i64, now: Instant) -> String {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!(
+        "{}-{task_id}-{}-{n}",
+        worker.replace(['/', ' '], "_"),
+        now.timestamp_millis()
+    )
+}
