@@ -37,7 +37,7 @@ case "${1:-run}" in
     done
     # shellcheck disable=SC2086
     exec java -Xmx768m -Djava.net.preferIPv4Stack=true $opens \
-      -Dhadoop.tmp.dir="$work" \
+      -Dhadoop.tmp.dir="$work" -Djava.io.tmpdir="$work" \
       -cp "$classes:$lib/*" YarnLauncher ;;
   *) echo "usage: $0 prepare|run" >&2; exit 2 ;;
 esac
