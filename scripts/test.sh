@@ -21,6 +21,11 @@ echo "   workers and API server from Maven Central; fidelity, zombie, ghost; scr
 realds_log=$(mktemp /tmp/ds-reaper-realds.XXXXXX.log)
 python3 tests/real-ds/scenarios.py --version "${REALDS_VERSION:-3.1.1}" fidelity zombie ghost >"$realds_log" 2>&1 &
 realds_pid=$!
+echo "== YARN ResourceManager jars for the e2e yarn test, in the background (tests/yarn: a MiniYARNCluster"
+echo "   from Maven Central into /var/tmp/ds-reaper-services/yarn; cold about 20 s, the test about 60 s)"
+yarn_log=$(mktemp /tmp/ds-reaper-yarn.XXXXXX.log)
+bash tests/yarn/launch.sh prepare >"$yarn_log" 2>&1 &
+yarn_pid=$!
 echo "== deployment artifacts (promtool, systemd-analyze, dashboard, manifests)"
 bash scripts/check-deploy.sh
 echo "== the .deb, installed into an empty root (the debug binary just built; scripts/package.sh makes the release packages)"
@@ -36,5 +41,9 @@ realds_rc=0
 wait "$realds_pid" || realds_rc=$?
 cat "$realds_log"
 if [ "$realds_rc" -ne 0 ]; then echo "real-DS smoke FAILED (exit $realds_rc)" >&2; exit 1; fi
+echo "== YARN ResourceManager jars (started after the build)"
+yarn_rc=0
+wait "$yarn_pid" || yarn_rc=$?
+if [ "$yarn_rc" -ne 0 ]; then cat "$yarn_log"; echo "tests/yarn/launch.sh prepare FAILED (exit $yarn_rc)" >&2; exit 1; fi
 echo "== end-to-end suite (one binary; its tests mostly wait on processes and services, so many run at once)"
-cargo test -p reaper-e2e --locked -- --test-threads "${E2E_THREADS:-8}"
+YARN_TESTS=1 cargo test -p reaper-e2e --locked -- --test-threads "${E2E_THREADS:-8}"

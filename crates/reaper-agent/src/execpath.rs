@@ -94,6 +94,29 @@ impl PathForm {
     }
 }
 
+impl PathForm {
+    /// How many segments below `process/` the execute path has.
+    fn depth(self) -> usize {
+        match self {
+            PathForm::Ids | PathForm::Codes => 4,
+            PathForm::Tenant => 5,
+            PathForm::TaskOnly => 1,
+        }
+    }
+}
+
+/// A task's execute path as read from a working directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskDir {
+    pub task: TaskRef,
+    /// The execute path itself (where `appInfo.log` is).
+    pub dir: PathBuf,
+    pub form: PathForm,
+    /// `<definitionId>` (1.x) or `<definitionCode>_<version>` (2.0+); None
+    /// where the path does not carry it (3.3's `<taskInstanceId>` form).
+    pub definition: Option<String>,
+}
+
 fn number(s: &[u8]) -> bool {
     !s.is_empty() && s.len() <= 19 && s.iter().all(u8::is_ascii_digit)
 }
@@ -292,6 +315,43 @@ impl ExecPaths {
             .filter(|s| !s.is_empty() && *s != b".")
             .collect();
         self.forms.iter().find_map(|f| f.parse(&segs))
+    }
+
+    /// The execute path `cwd` is, or lies below, with its task and what the
+    /// path says of the workflow definition (for the task's log, SPEC §17).
+    pub fn task_dir(&self, cwd: &Path) -> Option<TaskDir> {
+        let bytes = cwd.as_os_str().as_bytes();
+        let bytes = bytes.strip_suffix(b" (deleted)").unwrap_or(bytes);
+        let cwd = Path::new(OsStr::from_bytes(bytes));
+        let (root, rest) = self
+            .roots
+            .iter()
+            .find_map(|r| cwd.strip_prefix(r).ok().map(|rest| (r, rest)))?;
+        let segs: Vec<&[u8]> = rest
+            .iter()
+            .map(|s| s.as_bytes())
+            .filter(|s| !s.is_empty() && *s != b".")
+            .collect();
+        self.forms.iter().find_map(|f| {
+            let task = f.parse(&segs)?;
+            let depth = f.depth();
+            let dir = segs[..depth]
+                .iter()
+                .fold(root.clone(), |p, s| p.join(OsStr::from_bytes(s)));
+            let definition = match f {
+                PathForm::Ids | PathForm::Codes => Some(segs[1]),
+                PathForm::Tenant => Some(segs[2]),
+                PathForm::TaskOnly => None,
+            }
+            .and_then(|s| std::str::from_utf8(s).ok())
+            .map(str::to_string);
+            Some(TaskDir {
+                task,
+                dir,
+                form: *f,
+                definition,
+            })
+        })
     }
 
     /// The task whose command file `arg` (one argument of a command line)

@@ -30,6 +30,7 @@
 //! - `runtime`: the scan loop and shutdown; `http`: the endpoints; [`metrics`].
 //! - [`testing`]: a fake proc tree and a denying source, for tests and benchmarks.
 
+pub mod appids;
 pub mod etcd;
 pub mod execpath;
 pub mod host;
@@ -73,6 +74,9 @@ pub struct AgentSettings {
     /// where it is not `<exec_base>/exec/process` (1.2's
     /// `process.exec.basepath` need not end in `exec`); None: derived.
     pub process_dir: Option<PathBuf>,
+    /// `agent.task_log_base`: the worker's task log folder, where YARN
+    /// application ids are also read (SPEC §17); None: only `appInfo.log`.
+    pub task_log_base: Option<PathBuf>,
     /// `agent.scan_interval` (at least 100 ms is used).
     pub scan_interval: Duration,
     /// `agent.path`: under the registry root, e.g. `ds-reaper/agents`.
@@ -108,6 +112,7 @@ impl AgentSettings {
             worker: None,
             exec_base: PathBuf::from("/tmp/dolphinscheduler"),
             process_dir: None,
+            task_log_base: None,
             scan_interval: Duration::from_secs(10),
             path: "ds-reaper/agents".into(),
             listen: SocketAddr::from(([127, 0, 0, 1], 9478)),
@@ -131,6 +136,13 @@ impl AgentSettings {
         if let Some(d) = &self.process_dir {
             if !d.is_absolute() {
                 bad.push(format!("agent.process_dir {d:?} must be an absolute path"));
+            }
+        }
+        if let Some(d) = &self.task_log_base {
+            if !d.is_absolute() {
+                bad.push(format!(
+                    "agent.task_log_base {d:?} must be an absolute path"
+                ));
             }
         }
         if self.scan_interval.is_zero() {
@@ -216,6 +228,7 @@ mod tests {
         let bad = AgentSettings {
             exec_base: "relative".into(),
             process_dir: Some("rel/process".into()),
+            task_log_base: Some("logs".into()),
             scan_interval: Duration::ZERO,
             path: "/".into(),
             worker: Some("a/b".into()),
@@ -228,6 +241,7 @@ mod tests {
         for part in [
             "exec_base",
             "process_dir",
+            "agent.task_log_base",
             "scan_interval",
             "agent.path",
             "agent.worker",

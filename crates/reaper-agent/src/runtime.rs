@@ -188,7 +188,8 @@ impl Agent {
             .process_dir
             .clone()
             .unwrap_or_else(|| settings.exec_base.join("exec").join("process"));
-        let scanner = Scanner::new(source, ExecPaths::with_folder(folder, settings.line));
+        let scanner = Scanner::new(source, ExecPaths::with_folder(folder, settings.line))
+            .with_task_log_base(settings.task_log_base.clone());
         let metrics = Metrics::new();
         let orders = Arc::new(Orders::new(
             crate::kill::KillRules {

@@ -23,12 +23,14 @@
 //! denied). The worker's JVM (its heartbeat's `processId`) is never a task's
 //! process; not seeing it makes the agent blind.
 
-use crate::execpath::{ExecPaths, TaskRef};
+use crate::appids::AppIds;
+use crate::execpath::{ExecPaths, TaskDir, TaskRef};
 use crate::proc::{has, ProcSource, ProcStat, CAP_DAC_READ_SEARCH, CAP_SYS_PTRACE};
 use reaper_core::agent::{AgentProcess, AgentTask};
 use reaper_core::DsLine;
 use std::collections::{BTreeMap, HashMap};
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
 /// How many unreadable pids a scan keeps, for `/readyz` and the log.
@@ -60,6 +62,8 @@ pub struct Scan {
     /// Why the agent cannot see what it must (the process folder, the
     /// worker's JVM): such a scan proves nothing (SPEC §12).
     pub blind: Option<String>,
+    /// Each listed task's execute path, where a process showed it.
+    pub dirs: BTreeMap<i64, TaskDir>,
 }
 
 /// How reading one process ended.
@@ -104,6 +108,10 @@ pub struct Scanner {
     worker_pid: Option<i64>,
     /// The last scan's members, by pid and start time.
     known: HashMap<(i32, u64), TaskRef>,
+    /// Execute paths seen in this scan, by task id.
+    dirs: BTreeMap<i64, TaskDir>,
+    /// The tasks' YARN application ids (SPEC §17).
+    apps: AppIds,
 }
 
 impl Scanner {
@@ -113,7 +121,15 @@ impl Scanner {
             paths,
             worker_pid: None,
             known: HashMap::new(),
+            dirs: BTreeMap::new(),
+            apps: AppIds::default(),
         }
+    }
+
+    /// `agent.task_log_base`: also read application ids from task logs.
+    pub fn with_task_log_base(mut self, base: Option<std::path::PathBuf>) -> Scanner {
+        self.apps = AppIds::new(base);
+        self
     }
 
     /// The worker JVM's pid, from the latest heartbeat that carried one.
@@ -143,6 +159,7 @@ impl Scanner {
             ..Scan::default()
         };
         self.paths.refresh();
+        self.dirs.clear();
         let listed = self.source.pids();
         let boot = self.source.boot_time();
         let (mut pids, boot) = match (listed, boot) {
@@ -234,9 +251,14 @@ impl Scanner {
                     pids: processes.iter().map(|p| p.pid).collect(),
                     started_at: processes.iter().map(|p| p.started_at).min().unwrap_or(0),
                     processes,
+                    app_ids: Vec::new(),
                 }
             })
             .collect();
+        scan.dirs = std::mem::take(&mut self.dirs);
+        scan.dirs
+            .retain(|id, _| scan.tasks.iter().any(|t| t.task_id == *id));
+        self.apps.fill(&mut scan.tasks, &scan.dirs);
         if let Some(why) = self.source.blind() {
             scan.unreadable += 1;
             scan.denied = Some(why);
@@ -285,7 +307,7 @@ impl Scanner {
             };
             let mut denied = false;
             let cwd = match judge(self.source.cwd(pid)) {
-                Read::Ok(c) => self.paths.task_of(&c),
+                Read::Ok(c) => self.dir_of(&c),
                 Read::Gone => return Read::Gone,
                 Read::Denied => {
                     denied = true;
@@ -293,9 +315,14 @@ impl Scanner {
                 }
             };
             let command = match judge(self.source.cmdline(pid)) {
-                Read::Ok(args) => args
-                    .split(|b| *b == 0)
-                    .find_map(|a| self.paths.command_file(a)),
+                Read::Ok(args) => args.split(|b| *b == 0).find_map(|a| {
+                    let t = self.paths.command_file(a)?;
+                    let file = std::path::Path::new(std::ffi::OsStr::from_bytes(a));
+                    if let Some(parent) = file.parent() {
+                        self.dir_of(parent);
+                    }
+                    Some(t)
+                }),
                 Read::Gone => return Read::Gone,
                 Read::Denied => {
                     denied = true;
@@ -316,6 +343,14 @@ impl Scanner {
         }
         // a pid that keeps changing hands: nothing certain to say about it
         Read::Gone
+    }
+
+    /// The task of a working directory, noting its execute path.
+    fn dir_of(&mut self, cwd: &std::path::Path) -> Option<TaskRef> {
+        let d = self.paths.task_dir(cwd)?;
+        let t = d.task;
+        self.dirs.entry(t.task_id).or_insert(d);
+        Some(t)
     }
 
     /// The task of `pid`: its command line's, else the one it was last scan

@@ -16,6 +16,10 @@ pub struct AgentTask {
     /// Each of the task's processes (SPEC §12); older agents send none.
     #[serde(default)]
     pub processes: Vec<AgentProcess>,
+    /// The task's YARN application ids found on the worker host (SPEC §17);
+    /// older agents send none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub app_ids: Vec<String>,
 }
 
 /// One process of a task as the agent saw it.

@@ -38,6 +38,7 @@ pub mod ports;
 pub mod rate;
 pub mod reason;
 pub mod registry;
+pub mod remote;
 pub mod view;
 pub mod workflow;
 pub mod zone;

@@ -53,6 +53,11 @@ pub enum Blocked {
     /// A SUB_PROCESS task whose child workflow instance is not finished
     /// (SPEC §3): the child is the task's process.
     ChildWorkflowRunning,
+    /// One of the task's YARN applications may still run (SPEC §17).
+    RemoteAppRunning,
+    /// The ResourceManager could not say whether the task's applications
+    /// run (SPEC §17).
+    RemoteAppUnknown,
 }
 
 /// The note of a SUB_PROCESS task whose child workflow still runs.
@@ -72,6 +77,8 @@ impl Blocked {
             Blocked::Unwritable => "the action's state code does not exist on this DS line".into(),
             Blocked::ProcessAlive => PROCESS_ALIVE.into(),
             Blocked::ChildWorkflowRunning => CHILD_WORKFLOW_RUNNING.into(),
+            Blocked::RemoteAppRunning => crate::remote::REMOTE_APP_RUNNING.into(),
+            Blocked::RemoteAppUnknown => crate::remote::REMOTE_APP_UNKNOWN.into(),
         }
     }
 }

@@ -78,4 +78,7 @@ pub struct Evidence {
     pub process_seen_at: Option<Instant>,
     /// Since when a fresh agent's reports have lacked the task's process.
     pub process_missing_since: Option<Instant>,
+    /// The task's known YARN applications with the RM's answers (SPEC §17).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remote_apps: Vec<crate::remote::RemoteApp>,
 }

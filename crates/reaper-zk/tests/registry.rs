@@ -601,6 +601,7 @@ async fn agents_are_read_into_the_view() {
                     pids: vec![42],
                     started_at: 0,
                     processes: vec![],
+                    app_ids: vec![],
                 })
                 .collect(),
         }

@@ -390,6 +390,7 @@ pub fn agent_settings(s: &Settings) -> anyhow::Result<reaper_agent::AgentSetting
     };
     a.exec_base = s.agent.exec_base.clone();
     a.process_dir = s.agent.process_dir.clone();
+    a.task_log_base = s.agent.task_log_base.clone();
     a.scan_interval = s.agent.scan_interval;
     a.path = s.agent.path.clone();
     a.listen = s.agent.listen;

@@ -55,6 +55,8 @@ pub enum RecordKind {
     Process,
     /// SPEC §16: stuck under a live owner (report only).
     Anomaly,
+    /// A kill of a task's YARN application (SPEC §17); `app_id` names it.
+    RemoteApp,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -82,6 +84,9 @@ pub struct Record {
     /// Free text: the error, the follow-up's outcome, why the brake engaged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// The YARN application of a `remote_app` record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_id: Option<String>,
 }
 
 impl Record {
@@ -104,6 +109,7 @@ impl Record {
             actor: actor.to_string(),
             ds_line: None,
             detail: None,
+            app_id: None,
         }
     }
 }

@@ -33,3 +33,5 @@ pub mod telemetry;
 pub mod testkit;
 #[cfg(feature = "daemon")]
 pub mod views;
+#[cfg(feature = "daemon")]
+pub mod yarn;

@@ -38,6 +38,9 @@ pub struct Metrics {
     pub anomalies: IntGaugeVec,
     /// SPEC §16: age of the oldest candidate row, by state name.
     pub oldest_live_seconds: IntGaugeVec,
+    /// SPEC §17.
+    pub remote_apps: IntGaugeVec,
+    pub remote_app_kills_total: IntCounterVec,
 }
 
 fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, m: T) -> T {
@@ -183,6 +186,28 @@ impl Metrics {
                 &r,
                 gauge("ghosts", "Ghost processes found by the last sweep"),
             ),
+            remote_apps: reg(
+                &r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "remote_apps",
+                        "YARN applications of the last sweep's zombies, by the RM's state",
+                    ),
+                    &["state"],
+                )
+                .expect("static metric definition"),
+            ),
+            remote_app_kills_total: reg(
+                &r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "remote_app_kills_total",
+                        "YARN application kills asked of the RM",
+                    ),
+                    &["result"],
+                )
+                .expect("static metric definition"),
+            ),
             ghost_actions_total: reg(
                 &r,
                 IntCounterVec::new(
@@ -255,6 +280,12 @@ impl Metrics {
         }
         for result in ["killed", "gone", "refused", "partial", "error"] {
             m.ghost_actions_total.with_label_values(&[result]);
+        }
+        for state in crate::engine::REMOTE_APP_STATES {
+            m.remote_apps.with_label_values(&[state]).set(0);
+        }
+        for result in ["killed", "error"] {
+            m.remote_app_kills_total.with_label_values(&[result]);
         }
         m.set_build_info("unknown");
         m

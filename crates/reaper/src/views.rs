@@ -31,6 +31,8 @@ pub struct ZombieView {
     pub note: Option<String>,
     /// act | report | blocked:<why>
     pub disposition: String,
+    /// The task's YARN applications (SPEC §17).
+    pub remote_apps: Vec<reaper_core::remote::RemoteApp>,
 }
 
 impl ZombieView {
@@ -62,6 +64,7 @@ impl ZombieView {
             workflow: z.workflow.as_str(),
             note,
             disposition: disposition(&z.disposition),
+            remote_apps: z.evidence.remote_apps.clone(),
         }
     }
 }
@@ -81,6 +84,8 @@ fn disposition(d: &Disposition) -> String {
                 Blocked::Unwritable => "unwritable",
                 Blocked::ProcessAlive => "process_alive",
                 Blocked::ChildWorkflowRunning => "child_workflow_running",
+                Blocked::RemoteAppRunning => "remote_app_running",
+                Blocked::RemoteAppUnknown => "remote_app_unknown",
             }
         ),
     }

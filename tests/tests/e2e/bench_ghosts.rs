@@ -114,6 +114,7 @@ async fn bench_ghost_sweep() -> anyhow::Result<()> {
                 let id = first_id + i * PER_WORKER + k;
                 let pid = (100_000 + i * PER_WORKER + k) as i32;
                 AgentTask {
+                    app_ids: vec![],
                     task_id: id,
                     workflow_instance_id: wf,
                     pids: vec![pid],

@@ -25,3 +25,4 @@ mod prometheus;
 mod safety;
 mod secrets;
 mod workflows;
+mod yarn;

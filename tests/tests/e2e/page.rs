@@ -134,6 +134,7 @@ fn report(worker: &str, seq: u64, tasks: &[(i64, i64)]) -> Vec<u8> {
                 pids: vec![4242],
                 started_at: now - 60_000,
                 processes: vec![],
+                app_ids: vec![],
             })
             .collect(),
     }

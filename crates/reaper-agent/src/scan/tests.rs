@@ -56,6 +56,7 @@ fn task(task_id: i64, wf: i64, pids: &[i32], started_at: i64) -> AgentTask {
         pids: pids.to_vec(),
         started_at,
         processes: vec![],
+        app_ids: vec![],
     }
 }
 

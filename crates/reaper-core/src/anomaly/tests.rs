@@ -359,6 +359,7 @@ fn agent(worker: &str, tasks: &[(i64, i64)], at: i64) -> AgentSeen {
                 pids: vec![100],
                 started_at: 0,
                 processes: Vec::new(),
+                app_ids: Vec::new(),
             })
             .collect(),
         orders: Vec::new(),

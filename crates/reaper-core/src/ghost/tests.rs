@@ -63,6 +63,7 @@ fn send(v: &mut RegistryView, at: i64, tasks: &[(i64, Vec<AgentProcess>)]) {
         tasks: tasks
             .iter()
             .map(|(id, procs)| AgentTask {
+                app_ids: vec![],
                 task_id: *id,
                 workflow_instance_id: 9,
                 pids: procs.iter().map(|p| p.pid).collect(),

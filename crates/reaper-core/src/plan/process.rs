@@ -57,6 +57,7 @@ fn report(scan_started: i64, tasks: &[i64], unreadable: u64) -> AgentReport {
                 pids: vec![100],
                 started_at: t(0).timestamp_millis(),
                 processes: vec![],
+                app_ids: vec![],
             })
             .collect(),
     }

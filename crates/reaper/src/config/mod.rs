@@ -22,6 +22,7 @@ mod policy;
 pub mod redact;
 pub mod sections;
 pub mod values;
+pub mod yarn;
 
 pub use choices::*;
 pub use redact::{Secret, SecretFile, SecretUrl};

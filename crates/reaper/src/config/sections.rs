@@ -45,6 +45,7 @@ pub struct Settings {
     pub agent: Agent,
     pub audit: Audit,
     pub log: Log,
+    pub yarn: super::yarn::Yarn,
 
     /// Read-only copies of a few keys for callers still written against the
     /// flat settings of before (engine.rs, http.rs); filled by the loader and
@@ -82,6 +83,7 @@ impl Default for Settings {
             agent: Default::default(),
             audit: Default::default(),
             log: Default::default(),
+            yarn: Default::default(),
             version: VersionSetting::Auto,
             grace_period: Duration::ZERO,
             full_scan_interval: Duration::ZERO,
@@ -367,6 +369,8 @@ pub struct PolicySection {
     pub workflow_stalled: StalledAction,
     /// SPEC §15: report | kill.
     pub ghost_process: reaper_core::ghost::GhostAction,
+    /// SPEC §17: kill a task's live YARN applications before acting on it.
+    pub kill_remote_apps: bool,
     pub rules: Vec<RuleEntry>,
 }
 
@@ -383,6 +387,7 @@ impl Default for PolicySection {
             workflow_master_lost: WorkflowAction::Report,
             workflow_stalled: StalledAction::Report,
             ghost_process: reaper_core::ghost::GhostAction::Report,
+            kill_remote_apps: false,
             rules: Vec::new(),
         }
     }
@@ -455,6 +460,11 @@ pub struct Agent {
     /// in `exec`); empty: derived from `exec_base`.
     #[serde(with = "values::blank_absolute_path")]
     pub process_dir: Option<PathBuf>,
+    /// The worker's task log folder (DS's logback `log.base`, as an absolute
+    /// path): also read YARN application ids from task logs (SPEC §17);
+    /// empty: only from `appInfo.log`.
+    #[serde(with = "values::blank_absolute_path")]
+    pub task_log_base: Option<PathBuf>,
     #[serde(with = "values::period")]
     pub scan_interval: Duration,
     /// Under the registry root.
@@ -497,6 +507,7 @@ impl Default for Agent {
             worker: AgentWorker::Auto,
             exec_base: "/tmp/dolphinscheduler".into(),
             process_dir: None,
+            task_log_base: None,
             scan_interval: secs(10),
             path: "ds-reaper/agents".into(),
             listen: addr("127.0.0.1:9478"),

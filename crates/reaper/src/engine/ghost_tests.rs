@@ -101,6 +101,7 @@ impl Rig {
             tasks: tasks
                 .iter()
                 .map(|&id| AgentTask {
+                    app_ids: vec![],
                     task_id: id,
                     workflow_instance_id: 100 + id,
                     pids: vec![1000 + id as i32],

@@ -15,6 +15,7 @@ mod ghost_tests;
 mod ghosts;
 mod line;
 mod reap;
+mod remote;
 mod sweep;
 #[cfg(test)]
 mod tests;
@@ -25,6 +26,7 @@ mod workflows;
 pub use act::ActionResult;
 pub use line::resolve_line;
 pub use reap::{PreparedReap, ReapError, ReapRequest};
+pub use remote::REMOTE_APP_STATES;
 
 use crate::audit::Audit;
 use crate::config::Settings;
@@ -166,6 +168,9 @@ pub struct Engine {
     status: RwLock<Status>,
     state: tokio::sync::Mutex<SweepState>,
     started: Instant,
+    /// SPEC §17: the RMs and the ids learned; None with `[yarn]` off.
+    rm: Option<crate::yarn::Rm>,
+    known_apps: Option<Arc<crate::yarn::KnownApps>>,
 }
 
 pub type SharedEngine = Arc<Engine>;
@@ -174,6 +179,12 @@ impl Engine {
     pub fn new(settings: Settings, ports: Ports, metrics: Metrics) -> Engine {
         let audit = Arc::new(Audit::new(settings.audit.path.clone()));
         let started = ports.clock.now();
+        let rm = crate::yarn::Rm::new(&settings.yarn);
+        let known_apps = rm.as_ref().map(|_| {
+            Arc::new(crate::yarn::KnownApps::load(
+                crate::yarn::KnownApps::beside(&settings.audit.path),
+            ))
+        });
         Engine {
             settings,
             store: ports.store,
@@ -185,6 +196,8 @@ impl Engine {
             status: RwLock::new(Status::default()),
             state: tokio::sync::Mutex::new(SweepState::default()),
             started,
+            rm,
+            known_apps,
         }
     }
 

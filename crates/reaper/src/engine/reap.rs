@@ -159,8 +159,32 @@ impl Engine {
             valid_since: p.valid_since,
             leader_only: true,
         };
+        // SPEC §17: not even a forced reap re-runs a task whose YARN
+        // application may still run.
+        let mut zombie = p.zombie.clone();
+        zombie.disposition = reaper_core::Disposition::Act;
+        self.judge_remote_apps(
+            std::slice::from_mut(&mut zombie),
+            &self.view(),
+            p.line,
+            gate,
+        )
+        .await;
+        if let reaper_core::Disposition::Blocked(b) = &zombie.disposition {
+            let ids: Vec<&str> = zombie
+                .evidence
+                .remote_apps
+                .iter()
+                .map(|a| a.id.as_str())
+                .collect();
+            return Err(ReapError::Refused(format!(
+                "{}: {}",
+                b.describe(),
+                ids.join(", ")
+            )));
+        }
         let item = Item {
-            zombie: &p.zombie,
+            zombie: &zombie,
             forced: p.forced,
         };
         let done = self

@@ -145,6 +145,13 @@ impl Engine {
             .await;
         self.record_brake(was_engaged, &plan, line, now).await;
 
+        // SPEC §17: a task whose YARN application may still run is held.
+        let remote_gate = Gate {
+            valid_since,
+            leader_only: true,
+        };
+        self.judge_remote_apps(&mut plan.zombies, &view, line, remote_gate)
+            .await;
         let zombies = Arc::new(std::mem::take(&mut plan.zombies));
         let mut per_reason: BTreeMap<Reason, i64> = Reason::ALL.iter().map(|r| (*r, 0)).collect();
         for z in zombies.iter() {
@@ -343,7 +350,17 @@ impl Engine {
             ..SafetyState::default()
         };
         let now = self.now();
-        let plan = plan(&view, &candidates, now, &policy, &safety);
+        let mut plan = plan(&view, &candidates, now, &policy, &safety);
+        // SPEC §17: the applications' states in the findings; nothing is
+        // killed, since the hold above blocks every zombie.
+        if let Some(valid_since) = view.valid_since() {
+            let gate = Gate {
+                valid_since,
+                leader_only: false,
+            };
+            self.judge_remote_apps(&mut plan.zombies, &view, line, gate)
+                .await;
+        }
         let workflows = if self.settings.reconcile.workflows {
             let (wf_states, _) = self.settings.workflow_states(line);
             let wfs = match self

@@ -93,6 +93,7 @@ fn report_json(worker: &str, task: i64, lists: bool, unreadable: bool, blind: bo
                 pids: vec![10],
                 started_at: 0,
                 processes: vec![],
+                app_ids: vec![],
             }]
         } else {
             vec![]

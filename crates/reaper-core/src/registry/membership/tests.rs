@@ -691,6 +691,7 @@ fn agent_json(worker: &str, tasks: &[i64], unreadable: u64) -> Vec<u8> {
                 pids: vec![10],
                 started_at: 0,
                 processes: vec![],
+                app_ids: vec![],
             })
             .collect(),
     }

@@ -1,0 +1,251 @@
+//! Remote applications (SPEC §17): a task whose YARN application may still
+//! run is never acted on. The daemon asks the ResourceManager for each of a
+//! task's known applications and feeds the answers here; [`decide`] says
+//! whether to act, to hold, or to kill first.
+
+use crate::plan::{Blocked, Disposition, Zombie};
+use serde::{Deserialize, Serialize};
+
+/// The note of a task held while one of its applications runs.
+pub const REMOTE_APP_RUNNING: &str = "remote_app_running";
+/// The note of a task held because the RM could not say.
+pub const REMOTE_APP_UNKNOWN: &str = "remote_app_unknown";
+
+/// One application of a task as the RM last answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteApp {
+    pub id: String,
+    /// The RM's `state`; None when unknown (the RM could not be reached,
+    /// answered 404, or was not asked).
+    pub state: Option<String>,
+    #[serde(default)]
+    pub final_status: Option<String>,
+}
+
+/// Where an application is, as far as acting on its task goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppPhase {
+    /// NEW, NEW_SAVING, SUBMITTED, ACCEPTED, RUNNING: it may still do work.
+    Live,
+    /// FINISHED, FAILED, KILLED.
+    Final,
+    /// No answer, or a state this build does not know: it may run.
+    Unknown,
+}
+
+impl RemoteApp {
+    pub fn phase(&self) -> AppPhase {
+        match self.state.as_deref().map(str::trim) {
+            Some("NEW" | "NEW_SAVING" | "SUBMITTED" | "ACCEPTED" | "RUNNING") => AppPhase::Live,
+            Some("FINISHED" | "FAILED" | "KILLED") => AppPhase::Final,
+            _ => AppPhase::Unknown,
+        }
+    }
+}
+
+/// What to do with a task given its applications' states.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RemoteDecision {
+    /// No application may run: act as planned.
+    Act,
+    /// Kill these live applications first (`kill_remote_apps = true`); the
+    /// task waits until every application is final.
+    Kill(Vec<String>),
+    /// Do not act now.
+    Hold(Blocked),
+}
+
+/// The decision for a task with `apps` (its known ids with the RM's
+/// answers). A task without known ids is acted on as planned; a live
+/// application holds (or is killed first, when `kill`); an unknown one holds
+/// whatever `kill` says, since it cannot be killed by what is not known.
+pub fn decide(apps: &[RemoteApp], kill: bool) -> RemoteDecision {
+    let live: Vec<String> = apps
+        .iter()
+        .filter(|a| a.phase() == AppPhase::Live)
+        .map(|a| a.id.clone())
+        .collect();
+    if !live.is_empty() {
+        return if kill {
+            RemoteDecision::Kill(live)
+        } else {
+            RemoteDecision::Hold(Blocked::RemoteAppRunning)
+        };
+    }
+    if apps.iter().any(|a| a.phase() == AppPhase::Unknown) {
+        return RemoteDecision::Hold(Blocked::RemoteAppUnknown);
+    }
+    RemoteDecision::Act
+}
+
+/// Records the applications on the zombie and holds it when `decision` is
+/// not `Act` (a `Kill` not carried out holds as running). Only a zombie about
+/// to be acted on changes disposition; others just show their applications.
+pub fn apply(z: &mut Zombie, apps: Vec<RemoteApp>, decision: &RemoteDecision) {
+    z.evidence.remote_apps = apps;
+    if z.disposition != Disposition::Act {
+        return;
+    }
+    let blocked = match decision {
+        RemoteDecision::Act => return,
+        RemoteDecision::Kill(_) => Blocked::RemoteAppRunning,
+        RemoteDecision::Hold(b) => b.clone(),
+    };
+    z.note = Some(blocked.describe());
+    z.disposition = Disposition::Blocked(blocked);
+}
+
+/// Whether `s` is a YARN application id, `application_<digits>_<digits>`.
+pub fn is_app_id(s: &str) -> bool {
+    let Some(rest) = s.strip_prefix("application_") else {
+        return false;
+    };
+    let Some((a, b)) = rest.split_once('_') else {
+        return false;
+    };
+    let num = |x: &str| !x.is_empty() && x.len() <= 19 && x.bytes().all(|c| c.is_ascii_digit());
+    num(a) && num(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn app(id: &str, state: Option<&str>) -> RemoteApp {
+        RemoteApp {
+            id: id.into(),
+            state: state.map(str::to_string),
+            final_status: None,
+        }
+    }
+
+    #[test]
+    fn no_known_application_acts() {
+        assert_eq!(decide(&[], false), RemoteDecision::Act);
+        assert_eq!(decide(&[], true), RemoteDecision::Act);
+    }
+
+    #[test]
+    fn every_live_state_holds_and_every_final_one_acts() {
+        for s in ["NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING"] {
+            assert_eq!(
+                decide(&[app("a", Some("FINISHED")), app("b", Some(s))], false),
+                RemoteDecision::Hold(Blocked::RemoteAppRunning),
+                "{s}"
+            );
+        }
+        let done = [
+            app("a", Some("FINISHED")),
+            app("b", Some("FAILED")),
+            app("c", Some("KILLED")),
+        ];
+        assert_eq!(decide(&done, false), RemoteDecision::Act);
+    }
+
+    #[test]
+    fn an_application_the_rm_cannot_tell_about_holds_even_with_kill() {
+        // unreachable, 404, or a state this build does not know
+        for s in [None, Some("SOMETHING_NEW")] {
+            let apps = [app("a", Some("KILLED")), app("b", s)];
+            assert_eq!(
+                decide(&apps, false),
+                RemoteDecision::Hold(Blocked::RemoteAppUnknown)
+            );
+            assert_eq!(
+                decide(&apps, true),
+                RemoteDecision::Hold(Blocked::RemoteAppUnknown)
+            );
+        }
+    }
+
+    #[test]
+    fn with_kill_only_the_live_applications_are_killed() {
+        let apps = [
+            app("a", Some("RUNNING")),
+            app("b", Some("FINISHED")),
+            app("c", Some("ACCEPTED")),
+            app("d", None),
+        ];
+        assert_eq!(
+            decide(&apps, true),
+            RemoteDecision::Kill(vec!["a".into(), "c".into()])
+        );
+        // without it, running outranks unknown in the note
+        assert_eq!(
+            decide(&apps, false),
+            RemoteDecision::Hold(Blocked::RemoteAppRunning)
+        );
+    }
+
+    fn zombie(disposition: Disposition) -> Zombie {
+        Zombie {
+            task: crate::Candidate::new(7, "SPARK", 1, Some("10.0.0.11:1234")),
+            state_name: "RUNNING_EXECUTION".into(),
+            reason: crate::Reason::WorkerLost,
+            evidence: crate::Evidence::default(),
+            owner_master: None,
+            owner_master_alive: true,
+            action: crate::Action::Fail,
+            workflow: crate::FollowUp::None,
+            note: None,
+            disposition,
+        }
+    }
+
+    #[test]
+    fn only_a_zombie_about_to_be_acted_on_is_held_and_every_one_shows_its_apps() {
+        let apps = vec![app("application_1_1", Some("RUNNING"))];
+        let mut z = zombie(Disposition::Act);
+        apply(&mut z, apps.clone(), &decide(&apps, false));
+        assert_eq!(
+            z.disposition,
+            Disposition::Blocked(Blocked::RemoteAppRunning)
+        );
+        assert_eq!(z.note.as_deref(), Some(REMOTE_APP_RUNNING));
+        assert_eq!(z.evidence.remote_apps, apps);
+
+        // a kill that was not carried out holds as running
+        let mut z = zombie(Disposition::Act);
+        apply(
+            &mut z,
+            apps.clone(),
+            &RemoteDecision::Kill(vec!["application_1_1".into()]),
+        );
+        assert_eq!(
+            z.disposition,
+            Disposition::Blocked(Blocked::RemoteAppRunning)
+        );
+
+        let unknown = vec![app("application_1_1", None)];
+        let mut z = zombie(Disposition::Act);
+        apply(&mut z, unknown.clone(), &decide(&unknown, true));
+        assert_eq!(z.note.as_deref(), Some(REMOTE_APP_UNKNOWN));
+
+        let mut z = zombie(Disposition::Report);
+        apply(&mut z, apps.clone(), &decide(&apps, false));
+        assert_eq!(z.disposition, Disposition::Report);
+        assert_eq!(z.note, None);
+        assert_eq!(z.evidence.remote_apps, apps);
+
+        let done = vec![app("application_1_1", Some("KILLED"))];
+        let mut z = zombie(Disposition::Act);
+        apply(&mut z, done.clone(), &decide(&done, false));
+        assert_eq!(z.disposition, Disposition::Act);
+    }
+
+    #[test]
+    fn application_ids_are_recognised() {
+        assert!(is_app_id("application_1700000000000_0001"));
+        for bad in [
+            "application_1",
+            "application__1",
+            "application_1_",
+            "application_a_1",
+            "app_1_2",
+            "application_1_2 ",
+            "application_1_2_3",
+        ] {
+            assert!(!is_app_id(bad), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The real-ResourceManager tier (issue 22, SPEC §17): a MiniYARNCluster (Hadoop's YARN server test
+# jars from Maven Central, into /var/tmp/ds-reaper-services/yarn; nothing of Hadoop's in the
+# repository) driven by the e2e tests in tests/tests/e2e/yarn.rs: a lost worker's SPARK task whose
+# applications run is held, the ids survive a daemon restart, an RM that is down holds, and with
+# kill_remote_apps the applications end KILLED before the task row is written.
+#   scripts/yarn.sh            (needs the dev services: bash deploy/dev/services.sh start)
+# HADOOP_VERSION (default 3.3.6) and YARN_CACHE pass through to tests/yarn/launch.sh. A missing
+# JDK or Maven fails the run (never a skip).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck disable=SC1091
+source deploy/dev/env.sh
+start=$(date +%s)
+bash tests/yarn/launch.sh prepare
+echo "yarn: jars and launcher ready in $(($(date +%s) - start)) s" >&2
+YARN_TESTS=1 cargo test -p reaper-e2e --test e2e yarn:: -- --nocapture
+echo "yarn: done in $(($(date +%s) - start)) s" >&2

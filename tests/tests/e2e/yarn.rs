@@ -1,0 +1,337 @@
+//! Remote YARN applications (SPEC §17) against a real ResourceManager: a
+//! MiniYARNCluster started by tests/yarn/launch.sh (Hadoop's
+//! hadoop-client-minicluster from Maven Central, cached outside the
+//! repository), real applications that stay ACCEPTED (their AM command only
+//! sleeps), a real agent reading their ids from `appInfo.log` and from the
+//! task's log, and the daemon. Needs a JDK and Maven (`tests/yarn/launch.sh
+//! prepare`: about 20 s cold) and runs about a minute: on with `YARN_TESTS=1`,
+//! as `scripts/test.sh` and `scripts/yarn.sh` set, skipped (and said so)
+//! otherwise; with it set, a launcher that cannot start fails the test.
+
+use ds_sim::db::{SimKind, TaskSpec, WorkflowSpec};
+use ds_sim::procs::{ExecBase, DEFINITION, DEFINITION_VERSION};
+use reaper_e2e::*;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout};
+
+/// Reads the launcher's stdout to its end, passing on the protocol's lines.
+fn drain(mut lines: Lines<BufReader<ChildStdout>>) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if ["rm ", "app ", "error "]
+                .iter()
+                .any(|p| line.starts_with(p))
+            {
+                let _ = tx.send(line);
+            }
+        }
+    });
+    rx
+}
+
+/// The rest of the launcher's next protocol line, which must start with
+/// `prefix` (an `error ` line fails).
+async fn answer(
+    out: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+    prefix: &str,
+) -> anyhow::Result<String> {
+    match out.recv().await {
+        Some(line) => line
+            .strip_prefix(prefix)
+            .map(|r| r.trim().to_string())
+            .ok_or_else(|| anyhow::anyhow!("the launcher said {line:?}")),
+        None => anyhow::bail!("the launcher ended without {prefix:?}"),
+    }
+}
+
+/// The launcher: a MiniYARNCluster and its RM's web address.
+struct MiniYarn {
+    child: Child,
+    stdin: ChildStdin,
+    /// The protocol's lines; the launcher's log lines, on the same stdout,
+    /// are read and dropped so that the JVM never blocks on a full pipe.
+    out: tokio::sync::mpsc::UnboundedReceiver<String>,
+    url: String,
+    _tmp: tempfile::TempDir,
+}
+
+impl MiniYarn {
+    async fn start() -> anyhow::Result<Option<MiniYarn>> {
+        if std::env::var("YARN_TESTS").as_deref() != Ok("1") {
+            eprintln!("SKIPPED: the MiniYARNCluster tests run with YARN_TESTS=1 (scripts/yarn.sh)");
+            return Ok(None);
+        }
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("yarn/launch.sh");
+        let tmp = tempfile::tempdir()?;
+        let mut child = tokio::process::Command::new("bash")
+            .arg(&script)
+            .arg("run")
+            .env("TMPDIR", tmp.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::fs::File::create(tmp.path().join("yarn.log"))?)
+            .kill_on_drop(true)
+            .spawn()?;
+        let stdin = child.stdin.take().expect("piped");
+        let mut out = drain(BufReader::new(child.stdout.take().expect("piped")).lines());
+        let first =
+            tokio::time::timeout(std::time::Duration::from_secs(300), answer(&mut out, "rm "))
+                .await
+                .map_err(|_| anyhow::anyhow!("the MiniYARNCluster did not start within 300 s"))?;
+        let url = first.map_err(|e| {
+            let log = std::fs::read_to_string(tmp.path().join("yarn.log")).unwrap_or_default();
+            let tail: String = log.lines().rev().take(30).collect::<Vec<_>>().join("\n");
+            anyhow::anyhow!("{e}; the launcher's stderr ends:\n{tail}")
+        })?;
+        Ok(Some(MiniYarn {
+            child,
+            stdin,
+            out,
+            url,
+            _tmp: tmp,
+        }))
+    }
+
+    /// Submits an application that stays ACCEPTED; its id.
+    async fn submit(&mut self, name: &str) -> anyhow::Result<String> {
+        self.stdin
+            .write_all(format!("submit {name}\n").as_bytes())
+            .await?;
+        self.stdin.flush().await?;
+        answer(&mut self.out, "app ").await
+    }
+
+    /// The RM's state of `id`, over its REST API.
+    async fn state(&self, id: &str) -> anyhow::Result<String> {
+        let v: serde_json::Value = reqwest::get(format!("{}/ws/v1/cluster/apps/{id}", self.url))
+            .await?
+            .json()
+            .await?;
+        Ok(v["app"]["state"].as_str().unwrap_or_default().to_string())
+    }
+
+    async fn stop(mut self) {
+        let _ = self.stdin.write_all(b"quit\n").await;
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(20), self.child.wait()).await;
+        let _ = self.child.kill().await;
+    }
+}
+
+/// A lost worker's SPARK task whose applications run is held (not failed);
+/// the ids (one from `appInfo.log`, one from the 3.2 task log) outlive the
+/// agent, the worker and a daemon restart; with `kill_remote_apps` the
+/// daemon kills both, and the task row is written only after they are
+/// KILLED. An RM that cannot be reached holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_application_holds_its_lost_task_and_kill_ends_it_first() -> anyhow::Result<()> {
+    if !services_up().await {
+        return Ok(());
+    }
+    let Some(mut yarn) = MiniYarn::start().await? else {
+        return Ok(());
+    };
+    let started = std::time::Instant::now();
+    let db = sim_db(SimKind::MySql, "3.2.2").await?;
+    let line = db.line;
+    let root = unique_root();
+    let (_m, [mut w1, _w2, _w3]) =
+        master_and_three_workers(&zk_connect(), &root, line, "10.0.0.1:5678", long_ago()).await?;
+    let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
+    let mut spec = TaskSpec::new(wf, 1, Some("10.0.0.11:1234"));
+    spec.task_type = "SPARK".into();
+    let task = db.insert_task(&spec).await?;
+    // a task on the same worker whose RM is down (its own daemon below)
+    let app1 = yarn.submit("spark-app-info").await?;
+    let app2 = yarn.submit("spark-task-log").await?;
+    assert_eq!(yarn.state(&app1).await?, "ACCEPTED");
+
+    // the worker side: the task's process writes app1 into appInfo.log (as
+    // DS's aop collector does); its 3.2 task log names app2
+    let exec = ExecBase::new()?;
+    let logs = tempfile::tempdir()?;
+    let log = logs
+        .path()
+        .join(chrono::Local::now().format("%Y%m%d").to_string())
+        .join(DEFINITION.to_string())
+        .join(DEFINITION_VERSION.to_string())
+        .join(wf.to_string())
+        .join(format!("{task}.log"));
+    std::fs::create_dir_all(log.parent().unwrap())?;
+    std::fs::write(&log, format!("INFO Client: Submitted application {app2}\n"))?;
+    let mut p = exec.start_ds_command(
+        line,
+        wf,
+        task,
+        &format!("echo {app1} >> appInfo.log\nsleep 86400"),
+    )?;
+    let mut agent = AgentProcess::start(
+        &root,
+        "10.0.0.11:1234",
+        exec.path(),
+        &format!("task_log_base = \"{}\"\n", logs.path().display()),
+    )
+    .await?;
+
+    let cfg = format!(
+        "[policy]\nworker_lost = \"fail\"\n\n[yarn]\nresource_managers = [\"{}\"]\ntimeout = \"2s\"\n",
+        yarn.url
+    );
+    let mut d = Daemon::start_with_env(
+        db.url(),
+        &root,
+        &cfg,
+        &[("DS_REAPER__RECONCILE__AGENT_STALE_AFTER", "3s")],
+    )
+    .await?;
+    d.wait_ready().await?;
+    let ids_file = d.dir.path().join("remote-apps.jsonl");
+    wait_until("both ids are learned and kept on disk", || async {
+        let text = std::fs::read_to_string(&ids_file).unwrap_or_default();
+        Ok(text.contains(&app1) && text.contains(&app2))
+    })
+    .await?;
+
+    // The worker host dies with its agent and its process; the daemon is
+    // restarted before it ever judged the task: only the file has the ids.
+    w1.crash().await;
+    assert_eq!(agent.stop().await?, Some(0));
+    p.kill()?;
+    d.crash_and_restart(&[("DS_REAPER__RECONCILE__AGENT_STALE_AFTER", "3s")])
+        .await?;
+    d.wait_ready().await?;
+    wait_until("the task is held as remote_app_running", || async {
+        let zs = d.json("/api/v1/zombies").await?;
+        Ok(zs["zombies"].as_array().into_iter().flatten().any(|z| {
+            z["task_id"] == task
+                && z["reason"] == "worker_lost"
+                && z["note"] == "remote_app_running"
+                && z["remote_apps"]
+                    .as_array()
+                    .is_some_and(|a| a.len() == 2 && a.iter().all(|x| x["state"] == "ACCEPTED"))
+        }))
+    })
+    .await?;
+    d.wait_sweeps(3).await?;
+    assert_eq!(db.task_state(task).await?.state, 1, "held, not failed");
+    assert!(d.audit_events("intent", Some(task)).is_empty());
+    assert_eq!(
+        d.metric("ds_reaper_remote_apps{state=\"accepted\"}")
+            .await?,
+        Some(2.0)
+    );
+    // Not even a forced manual reap writes while the applications run.
+    let cli = CliConfig::new(
+        db.url(),
+        &root,
+        &format!("[yarn]\nresource_managers = [\"{}\"]\n", yarn.url),
+    )?;
+    std::fs::copy(&ids_file, cli.dir.path().join("remote-apps.jsonl"))?;
+    let (code, out, err) = cli
+        .run(
+            &["reap", "--task-id", &task.to_string(), "--force", "--yes"],
+            &[],
+        )
+        .await?;
+    assert_ne!(code, 0, "stdout {out}\nstderr {err}");
+    assert!(
+        err.contains("remote_app_running") && err.contains(&app1),
+        "{err}"
+    );
+    assert_eq!(db.task_state(task).await?.state, 1, "the reap was refused");
+    // `check` shows the applications with the RM's states.
+    let (_, out, err) = cli.run(&["check", "--format", "json"], &[]).await?;
+    let v: serde_json::Value =
+        serde_json::from_str(&out).map_err(|e| anyhow::anyhow!("{e}: {out}\n{err}"))?;
+    let found = v["zombies"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|z| z["task_id"] == task)
+        .cloned()
+        .unwrap_or_default();
+    let states: Vec<_> = found["remote_apps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|a| {
+            (
+                a["id"].as_str().unwrap_or_default().to_string(),
+                a["state"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [
+            (app1.clone(), serde_json::json!("ACCEPTED")),
+            (app2.clone(), serde_json::json!("ACCEPTED"))
+        ],
+        "{out}"
+    );
+
+    // The RM down: a daemon pointed at a dead RM holds (remote_app_unknown),
+    // and a daemon with kill on does not write either.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    d.terminate().await?;
+    let dead_cfg = format!(
+        "[policy]\nworker_lost = \"fail\"\nkill_remote_apps = true\n\n[yarn]\nresource_managers = [\"http://{dead}\"]\ntimeout = \"1s\"\n"
+    );
+    let ids = std::fs::read_to_string(&ids_file)?;
+    let mut down = Daemon::start(db.url(), &root, &dead_cfg).await?;
+    std::fs::write(down.dir.path().join("remote-apps.jsonl"), &ids)?;
+    down.crash_and_restart(&[]).await?;
+    down.wait_ready().await?;
+    wait_until("held as remote_app_unknown with the RM down", || async {
+        let zs = down.json("/api/v1/zombies").await?;
+        Ok(zs["zombies"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|z| z["task_id"] == task && z["note"] == "remote_app_unknown"))
+    })
+    .await?;
+    down.wait_sweeps(3).await?;
+    assert_eq!(db.task_state(task).await?.state, 1, "the RM down holds");
+    assert_eq!(yarn.state(&app1).await?, "ACCEPTED");
+    down.terminate().await?;
+
+    // With kill: both applications are killed, then the task is failed.
+    let kill_cfg = format!(
+        "[policy]\nworker_lost = \"fail\"\nkill_remote_apps = true\n\n[yarn]\nresource_managers = [\"{}\"]\ntimeout = \"2s\"\n",
+        yarn.url
+    );
+    let mut k = Daemon::start(db.url(), &root, &kill_cfg).await?;
+    std::fs::write(k.dir.path().join("remote-apps.jsonl"), &ids)?;
+    k.crash_and_restart(&[]).await?;
+    k.wait_ready().await?;
+    wait_until("the task is failed", || async {
+        Ok(db.task_state(task).await?.state == 6)
+    })
+    .await?;
+    assert_eq!(yarn.state(&app1).await?, "KILLED");
+    assert_eq!(yarn.state(&app2).await?, "KILLED");
+    let records = k.audit();
+    let pos = |pred: &dyn Fn(&serde_json::Value) -> bool| records.iter().position(pred);
+    let task_intent =
+        pos(&|r| r["event"] == "intent" && r["kind"] == "task" && r["task_id"] == task)
+            .expect("a task intent");
+    for app in [&app1, &app2] {
+        let done =
+            pos(&|r| r["event"] == "done" && r["kind"] == "remote_app" && r["app_id"] == **app)
+                .unwrap_or_else(|| panic!("a remote_app done for {app}: {records:#?}"));
+        assert!(done < task_intent, "{app} killed before the task's write");
+    }
+    assert_eq!(
+        k.metric("ds_reaper_remote_app_kills_total{result=\"killed\"}")
+            .await?,
+        Some(2.0)
+    );
+    eprintln!(
+        "MiniYARNCluster scenario took {:?} after the cluster started",
+        started.elapsed()
+    );
+    k.terminate().await?;
+    yarn.stop().await;
+    cleanup(db, &root).await
+}

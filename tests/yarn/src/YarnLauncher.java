@@ -1,0 +1,96 @@
+// A real YARN ResourceManager for ds-reaper's tests (SPEC §17): starts a
+// MiniYARNCluster (one RM, no NM) on 127.0.0.1, prints "rm <webapp url>" (its
+// log lines go to stdout too: read only the lines this protocol starts),
+// then reads commands from stdin, one per line:
+//   submit <name>   submits an application whose AM command only sleeps; with
+//                   no NodeManager it stays ACCEPTED until killed;
+//                   prints "app <id>"
+//   state <id>      prints "state <id> <YARN state>"
+//   quit            stops the cluster
+// Run by tests/yarn/launch.sh; its jars come from Maven Central into a cache
+// outside the repository.
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.util.Collections;
+import org.apache.hadoop.yarn.api.records.ApplicationId;
+import org.apache.hadoop.yarn.api.records.ApplicationSubmissionContext;
+import org.apache.hadoop.yarn.api.records.ContainerLaunchContext;
+import org.apache.hadoop.yarn.api.records.Resource;
+import org.apache.hadoop.yarn.client.api.YarnClient;
+import org.apache.hadoop.yarn.client.api.YarnClientApplication;
+import org.apache.hadoop.yarn.conf.YarnConfiguration;
+import org.apache.hadoop.yarn.server.MiniYARNCluster;
+
+public class YarnLauncher {
+    public static void main(String[] args) {
+        try {
+            run();
+        } catch (Throwable e) {
+            // a failed start leaves non-daemon threads behind: end them all
+            e.printStackTrace();
+            System.out.println("error " + e.toString().replace('\n', ' '));
+            System.exit(1);
+        }
+    }
+
+    static void run() throws Exception {
+        YarnConfiguration conf = new YarnConfiguration();
+        conf.set("yarn.resourcemanager.hostname", "127.0.0.1");
+        conf.set("yarn.nodemanager.hostname", "127.0.0.1");
+        conf.set("yarn.resourcemanager.scheduler.class",
+                "org.apache.hadoop.yarn.server.resourcemanager.scheduler.fifo.FifoScheduler");
+        conf.setInt("yarn.scheduler.minimum-allocation-mb", 64);
+        conf.setInt("yarn.nodemanager.resource.memory-mb", 2048);
+        conf.setBoolean("yarn.nodemanager.vmem-check-enabled", false);
+        conf.setBoolean("yarn.nodemanager.pmem-check-enabled", false);
+        conf.set("yarn.nodemanager.disk-health-checker.max-disk-utilization-per-disk-percentage", "99.9");
+        // No NodeManager: its web app would take over the RM's in this JVM
+        // (one static GuiceFilter), and without one an application stays
+        // ACCEPTED, which is what the tests need.
+        MiniYARNCluster cluster = new MiniYARNCluster("ds-reaper", 0, 1, 1);
+        cluster.init(conf);
+        cluster.start();
+        YarnConfiguration live = new YarnConfiguration(cluster.getConfig());
+        // the RM's own web app (the shared configuration's address may be another server's)
+        String web = live.get(YarnConfiguration.RM_WEBAPP_ADDRESS);
+        YarnClient client = YarnClient.createYarnClient();
+        client.init(live);
+        client.start();
+        System.out.println("rm http://" + web);
+        System.out.flush();
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
+        String line;
+        while ((line = in.readLine()) != null) {
+            String[] w = line.trim().split("\\s+");
+            try {
+                if (w[0].equals("submit")) {
+                    YarnClientApplication app = client.createApplication();
+                    ApplicationSubmissionContext ctx = app.getApplicationSubmissionContext();
+                    ctx.setApplicationName(w.length > 1 ? w[1] : "ds-reaper-test");
+                    ctx.setApplicationType("SPARK");
+                    ctx.setMaxAppAttempts(1);
+                    ContainerLaunchContext am = ContainerLaunchContext.newInstance(
+                            Collections.emptyMap(), Collections.emptyMap(),
+                            Collections.singletonList("sleep 3600"), null, null, null);
+                    ctx.setAMContainerSpec(am);
+                    ctx.setResource(Resource.newInstance(128, 1));
+                    ApplicationId id = client.submitApplication(ctx);
+                    System.out.println("app " + id);
+                } else if (w[0].equals("state")) {
+                    ApplicationId id = ApplicationId.fromString(w[1]);
+                    System.out.println("state " + id + " " + client.getApplicationReport(id).getYarnApplicationState());
+                } else if (w[0].equals("quit")) {
+                    break;
+                } else {
+                    System.out.println("error unknown command " + w[0]);
+                }
+            } catch (Exception e) {
+                System.out.println("error " + e.toString().replace('\n', ' '));
+            }
+            System.out.flush();
+        }
+        client.stop();
+        cluster.stop();
+        System.exit(0);
+    }
+}
