@@ -44,8 +44,16 @@ async fn ghosts_are_the_over_rows_own_processes_after_ghost_after() -> anyhow::R
         t.name = name.into();
         t
     };
+    // the superseded row and its newer attempt are one task: one task code
+    // (ds-sim gives every other row a code of its own)
+    const SUPERSEDED_CODE: i64 = 4242;
+    let superseded_attempt = || {
+        let mut t = running("superseded");
+        t.task_code = Some(SUPERSEDED_CODE);
+        t
+    };
     let success = db.insert_task(&running("success")).await?;
-    let superseded = db.insert_task(&running("superseded")).await?;
+    let superseded = db.insert_task(&superseded_attempt()).await?;
     let moved = db.insert_task(&running("moved")).await?;
     let vanished = db.insert_task(&running("vanished")).await?;
     let quick = db.insert_task(&running("quick")).await?;
@@ -121,7 +129,7 @@ async fn ghosts_are_the_over_rows_own_processes_after_ghost_after() -> anyhow::R
         "UPDATE t_ds_task_instance SET state = 8, flag = 0 WHERE id = {superseded}"
     ))
     .await?;
-    let mut newer = running("superseded");
+    let mut newer = superseded_attempt();
     newer.host = Some("10.0.0.12:1234".into());
     newer.submit_time = Some(chrono::Utc::now().naive_utc());
     let newer = db.insert_task(&newer).await?;
