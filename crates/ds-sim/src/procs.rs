@@ -162,14 +162,28 @@ pub struct TaskProcess {
 impl TaskProcess {
     /// Starts `program args` in `dir`, leading a new process group.
     pub fn spawn(dir: &Path, program: &str, args: &[&str]) -> io::Result<TaskProcess> {
-        let child = Command::new(program)
-            .args(args)
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()?;
+        // A program written just now (a copied binary, a script) can be held
+        // open for writing by a child that another thread forked before its
+        // exec closed the descriptor: exec then fails with ETXTBSY for a
+        // moment. Retrying is the usual cure; nothing else is wrong.
+        let mut tries = 0;
+        let child = loop {
+            let spawned = Command::new(program)
+                .args(args)
+                .current_dir(dir)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .process_group(0)
+                .spawn();
+            match spawned {
+                Err(e) if e.kind() == io::ErrorKind::ExecutableFileBusy && tries < 50 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                other => break other?,
+            }
+        };
         Ok(TaskProcess {
             child,
             dir: dir.to_path_buf(),

@@ -227,18 +227,20 @@ fn without_allow_kill_every_order_is_refused_and_every_process_lives() {
 fn a_process_with_a_controlling_terminal_is_never_signalled() {
     let base = ExecBase::new().unwrap();
     let dir = base.execute_path(DsLine::V3_2, 41, 42).unwrap();
-    let mut shell = match TaskProcess::spawn(&dir, "script", &["-qc", "sleep 86400", "/dev/null"]) {
-        Ok(p) => p,
-        Err(e) => {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "script(1) is needed: {e}"
-            );
-            eprintln!("SKIPPED: script(1) not runnable: {e}");
-            return;
-        }
-    };
-    // script, and its sleep on the pty
+    let mut shell =
+        match TaskProcess::spawn(&dir, "script", &["-qc", "exec sleep 86400", "/dev/null"]) {
+            Ok(p) => p,
+            Err(e) => {
+                assert!(
+                    std::env::var("CI").as_deref() != Ok("true"),
+                    "script(1) is needed: {e}"
+                );
+                eprintln!("SKIPPED: script(1) not runnable: {e}");
+                return;
+            }
+        };
+    // script, and its sleep on the pty: `exec` so that no shell stays
+    // between them, whichever shell `script` starts ($SHELL differs by host)
     let mut s = scanner(&base);
     let scan = scan_until(&mut s, 42, 2, 1);
     // the sleep has its terminal once script has made it its session's
