@@ -14,6 +14,7 @@ mod common_chaos;
 mod daemon;
 mod etcd;
 mod followups;
+mod ghost_kills;
 mod ghosts;
 mod jdbc;
 mod judging;
