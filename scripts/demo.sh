@@ -5,13 +5,17 @@
 #   - the headline case: a task's process dies on a live worker while its row
 #     stays RUNNING; `ds-reaper agent` sees it and ds-reaper fails the task
 #     (process_gone; ZooKeeper only: the agent publishes through ZooKeeper);
+#   - a ghost: a worker restarted as DS 3.3 restarts it leaves its task's
+#     processes running while DS runs the task again elsewhere; ds-reaper
+#     finds them (GET /api/v1/ghosts) and, with ghost_process = "kill", a
+#     second agent with allow_kill = true ends them (ZooKeeper only);
 #   - a worker dies with the masters that owned its workflows: ds-reaper fails
 #     the orphaned tasks and queues DS's "recover from failed node" command;
 #   - a master dies holding a workflow: ds-reaper hands it back with DS's own
 #     master-failover rows; a stalled workflow is reported, never written.
 # Exits non-zero when anything deviates (a zombie not reaped, a healthy row or
-# a workflow written that should not be). Needs only this repository: the DS
-# tables (and the JDBC registry's) come from ds-sim's own description of them
+# a workflow written that should not be, a ghost not killed). Needs only this
+# repository: the DS tables (and the JDBC registry's) come from ds-sim's own description of them
 # (crates/ds-sim/src/schema.rs, checked against the real DS schemas by
 # crates/ds-sim/tests/schema_agreement.rs); `--schema files` loads the real DS
 # schema files from $DS_SCHEMA_DIR instead. Arguments go to `ds-sim demo`:

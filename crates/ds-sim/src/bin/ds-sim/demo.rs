@@ -6,15 +6,19 @@
 //!    through ZooKeeper in this build) — a task's process dies on a live
 //!    worker while its row stays RUNNING; `ds-reaper agent` sees the process
 //!    gone and the daemon fails the task as `process_gone`;
-//! 2. a worker crashes together with the masters that owned its workflows;
+//! 2. (ZooKeeper only, like 1) a worker restarted as DS 3.3.0+ restarts it
+//!    leaves its task's processes running while DS runs the task again on
+//!    another worker; the daemon finds the ghost (SPEC §15) and, with
+//!    `ghost_process = "kill"`, a second agent allowed to kill ends it;
+//! 3. a worker crashes together with the masters that owned its workflows;
 //!    the daemon fails the orphaned tasks and queues DS's "recover from
 //!    failed node" command;
-//! 3. a master dies holding a workflow instance: the daemon hands it back
+//! 4. a master dies holding a workflow instance: the daemon hands it back
 //!    with DS's own master-failover rows; a stalled workflow is reported.
 //!
 //! Every expectation is checked at the end; any deviation (a zombie not
-//! reaped, a healthy row written, a workflow written that should not be)
-//! makes the demo exit non-zero.
+//! reaped, a healthy row written, a workflow written that should not be, a
+//! ghost not killed) makes the demo exit non-zero.
 
 use super::{explain, heading, schema_origin, zk_connect};
 use anyhow::{bail, Context, Result};
@@ -30,6 +34,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+#[path = "demo_ghost.rs"]
+mod ghost;
+
 const RUNNING: i32 = 1;
 const FAILURE: i32 = 6;
 const SUCCESS: i32 = 7;
@@ -42,6 +49,7 @@ const START_FAILURE_TASK_PROCESS: &str = "4";
 const GRACE: &str = "5s";
 const WORKFLOW_GRACE: &str = "8s";
 const PROCESS_GONE_AFTER: &str = "3s";
+const GHOST_AFTER: &str = "5s";
 const STALL_AFTER: &str = "5m";
 /// DS 3.2's JDBC registry: term refresh and expiry (DS: 2 s × 3 = 6 s).
 const JDBC_TERM_REFRESH: Duration = Duration::from_secs(1);
@@ -296,6 +304,9 @@ struct Running {
     agent: Option<ReaperProcess>,
     procs: Vec<TaskProcess>,
     exec: Option<ExecBase>,
+    /// The ghost step's agent (allowed to kill) and its exec base.
+    ghost_agent: Option<ReaperProcess>,
+    ghost_exec: Option<ExecBase>,
 }
 
 pub async fn demo(
@@ -317,6 +328,8 @@ pub async fn demo(
         "and the real ds-reaper binary:\n",
         "- a task's process dies while its worker lives and the row still says RUNNING\n",
         "  (the product's headline case: `ds-reaper agent` on the worker host sees it);\n",
+        "- a worker restarted as DS 3.3 restarts it leaves its task running while DS runs the\n",
+        "  task again elsewhere: ds-reaper finds the ghost process and has the agent kill it;\n",
         "- a worker crashes with the masters that owned its workflows: ds-reaper fails the\n",
         "  orphaned RUNNING tasks and hands the workflow to DS's 'recover from failed node';\n",
         "- a master dies holding a workflow instance: ds-reaper hands it back as DS's own\n",
@@ -358,7 +371,16 @@ pub async fn demo(
     let mut run = Running::default();
     let r = demo_body(&db, &reg, dir.path(), &bin, &mut run, hold).await;
 
-    heading(11, "clean up");
+    heading(12, "clean up");
+    if let Some(mut a) = run.ghost_agent.take() {
+        match a.stop().await {
+            Ok(code) => explain(&format!(
+                "ds-reaper agent of {} stopped on SIGTERM, exit code {code:?}",
+                ghost::W5
+            )),
+            Err(e) => explain(&format!("ds-reaper agent did not stop cleanly: {e:#}")),
+        }
+    }
     if let Some(mut a) = run.agent.take() {
         match a.stop().await {
             Ok(code) => explain(&format!(
@@ -377,6 +399,7 @@ pub async fn demo(
     for p in &mut run.procs {
         let _ = p.kill();
     }
+    drop(run.ghost_exec.take());
     if let Some(exec) = run.exec.take() {
         explain(&format!(
             "{n} task process(es) ended, exec base {} removed",
@@ -403,7 +426,7 @@ pub async fn demo(
                  handed back, the stalled one reported, nothing else written ({:.0} s)",
                 registry.name(),
                 if headline {
-                    "the dead process's task failed, "
+                    "the dead process's task failed, the restarted worker's ghost killed, "
                 } else {
                     ""
                 },
@@ -448,6 +471,7 @@ full_scan_interval = "30s"
 grace_period = "{GRACE}"
 startup_settle = "2s"
 process_gone_after = "{PROCESS_GONE_AFTER}"
+ghost_after = "{GHOST_AFTER}"
 agent_stale_after = "10s"
 workflow_grace_period = "{WORKFLOW_GRACE}"
 workflow_stall_after = "{STALL_AFTER}"
@@ -456,6 +480,7 @@ worker_lost = "fail"
 process_gone = "fail"
 workflow = "recover"
 workflow_master_lost = "recover"
+ghost_process = "kill"
 [http]
 listen = "127.0.0.1:{port}"
 token_file = "{token_file}"
@@ -478,6 +503,8 @@ level = "info"
             "grace_period",
             "startup_settle",
             "process_gone_after",
+            "ghost_after",
+            "ghost_process",
             "workflow_grace_period",
             "workflow_stall_after",
             "worker_lost",
@@ -579,18 +606,32 @@ level = "info"
         ));
         false
     };
+    // ------------------------------------------------------------ step 5
+    let ghost = if with_agent {
+        Some(ghost::ghost_step(5, db, reg, run, dir, bin).await?)
+    } else {
+        heading(
+            5,
+            "a worker restarted on DS 3.3 leaves its task running: a ghost — skipped",
+        );
+        explain(&format!(
+            "skipped on {}: `ds-reaper agent` publishes through ZooKeeper in this build.",
+            reg.kind.name()
+        ));
+        None
+    };
     let rp = run.reaper.as_ref().context("reaper")?;
 
-    // ------------------------------------------------------------ step 5
+    // ------------------------------------------------------------ step 6
     heading(
-        5,
+        6,
         format!("worker {w1} crashes, and masters {M2} and {M3} with it").as_str(),
     );
     explain(&format!(
         "{}\n\
          DS 3.x would fail the worker's tasks over only from the owning master's memory —\n\
          and {M2}, which owns workflows A and B, is gone too: the 4 RUNNING tasks on {w1}\n\
-         stay RUNNING forever. {M3} owned workflow F (step 9).",
+         stay RUNNING forever. {M3} owned workflow F (step 10).",
         reg.crash_words()
     ));
     let crash_at = Instant::now();
@@ -623,8 +664,8 @@ level = "info"
         "grace_period is {GRACE}: a worker that comes back quickly is not a zombie-maker."
     ));
 
-    // ------------------------------------------------------------ step 6
-    heading(6, "zombies found (GET /api/v1/zombies)");
+    // ------------------------------------------------------------ step 7
+    heading(7, "zombies found (GET /api/v1/zombies)");
     let lost_worker: Vec<i64> = plan
         .tasks
         .iter()
@@ -687,8 +728,8 @@ level = "info"
         ));
     }
 
-    // ------------------------------------------------------------ step 7
-    heading(7, "the writes: task rows after, and the audit trail");
+    // ------------------------------------------------------------ step 8
+    heading(8, "the writes: task rows after, and the audit trail");
     poll(
         "every zombie task FAILURE",
         Duration::from_secs(60),
@@ -711,8 +752,8 @@ level = "info"
         print_audit(r);
     }
 
-    // ------------------------------------------------------------ step 8
-    heading(8, "workflow follow-up: recovery commands (t_ds_command)");
+    // ------------------------------------------------------------ step 9
+    heading(9, "workflow follow-up: recovery commands (t_ds_command)");
     explain(
         "workflow = \"recover\": the workflow is failed and a START_FAILURE_TASK_PROCESS (4)\n\
          command is queued, as DS's \"recover from failed node\" does — only when the owning\n\
@@ -755,11 +796,11 @@ level = "info"
          `none` (see the note above), the master's own failover handles the workflow."
     ));
 
-    // ------------------------------------------------------------ step 9
+    // ------------------------------------------------------------ step 10
     let seen = workflow_step(db, rp, &plan, crash_at).await?;
 
-    // ------------------------------------------------------------ step 10
-    heading(10, "metrics (GET /metrics) and the status page");
+    // ------------------------------------------------------------ step 11
+    heading(11, "metrics (GET /metrics) and the status page");
     let (_, metrics) = rp.get("/metrics").await?;
     for l in metrics.lines().filter(|l| {
         !l.starts_with('#')
@@ -772,6 +813,8 @@ level = "info"
                 "ds_reaper_workflow_zombies",
                 "ds_reaper_workflow_actions_total",
                 "ds_reaper_agents",
+                "ds_reaper_ghosts",
+                "ds_reaper_ghost_actions_total",
                 "ds_reaper_candidates",
                 "ds_reaper_live_workers",
                 "ds_reaper_live_masters",
@@ -788,7 +831,10 @@ level = "info"
     explain(&format!("status page:  {}", rp.url("/")));
     explain(&format!("API:          {}", rp.url("/api/v1/status")));
 
-    let problems = final_checks(db, rp, &plan, &seen, headline).await?;
+    let mut problems = final_checks(db, rp, &plan, &seen, headline).await?;
+    if let Some(g) = &ghost {
+        problems.extend(ghost::ghost_checks(db, &audit(rp).await?, g).await?);
+    }
     if hold > 0 {
         println!();
         println!(
@@ -1083,23 +1129,23 @@ async fn headline_step(db: &SimDb, run: &mut Running, plan: &Plan) -> Result<()>
     Ok(())
 }
 
-/// What step 9 saw in `/api/v1/workflows`.
+/// What step 10 saw in `/api/v1/workflows`.
 struct SeenWorkflows {
     stalled: Option<Value>,
     downgraded: Option<Value>,
 }
 
-/// Step 9: the lost master's workflow handed back, a stalled one reported.
+/// Step 10: the lost master's workflow handed back, a stalled one reported.
 async fn workflow_step(
     db: &SimDb,
     rp: &ReaperProcess,
     plan: &Plan,
     crash_at: Instant,
 ) -> Result<SeenWorkflows> {
-    heading(9, "workflows that cannot progress (GET /api/v1/workflows)");
+    heading(10, "workflows that cannot progress (GET /api/v1/workflows)");
     let (f, b, s) = (plan.wfs["F"], plan.wfs["B"], plan.wfs["S"]);
     explain(&format!(
-        "F (id {f}): its master {M3} died in step 5; its last task had finished, the master was\n\
+        "F (id {f}): its master {M3} died in step 6; its last task had finished, the master was\n\
          about to go on. DS 2.0–3.2 fail a dead master's workflows over on a 10-minute timer;\n\
          ds-reaper waits workflow_grace_period ({WORKFLOW_GRACE} here, default 15 m, so DS goes first), then\n\
          `workflow_master_lost = \"recover\"` writes exactly DS's own master-failover rows:\n\
@@ -1308,7 +1354,7 @@ async fn final_checks(
     {
         problems.push("no process_gone write".into());
     }
-    // what step 9 saw
+    // what step 10 saw
     match &seen.stalled {
         Some(s) if s["reason"] == "workflow_stalled" && s["action"] == "report" => {}
         other => problems.push(format!(
