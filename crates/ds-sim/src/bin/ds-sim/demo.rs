@@ -480,8 +480,7 @@ worker_lost = "fail"
 process_gone = "fail"
 workflow = "recover"
 workflow_master_lost = "recover"
-ghost_process = "kill"
-[http]
+{ghost_policy}[http]
 listen = "127.0.0.1:{port}"
 token_file = "{token_file}"
 [audit]
@@ -491,6 +490,13 @@ format = "pretty"
 level = "info"
 "#,
         registry = reg.config(),
+        // the ghost step runs where the agents do; the JDBC registry carries
+        // no kill orders (`kill` is a config error there)
+        ghost_policy = if with_agent {
+            "ghost_process = \"kill\"\n"
+        } else {
+            ""
+        },
         url = db.url(),
         token_file = dir.join("token").display(),
         audit = dir.join("audit.jsonl").display(),
