@@ -18,7 +18,8 @@
 # repository: the DS tables (and the JDBC registry's) come from ds-sim's own
 # description of them (crates/ds-sim/src/schema.rs, checked against the real
 # DS schemas by crates/ds-sim/tests/schema_agreement.rs); `--schema files`
-# loads the real DS schema files from $DS_SCHEMA_DIR instead. Arguments go to `ds-sim demo`:
+# loads the real DS schema files from $DS_SCHEMA_DIR instead. Arguments go to
+# `ds-sim demo`:
 #   scripts/demo.sh [--registry zookeeper|etcd|jdbc]   (default zookeeper;
 #                   etcd at $ETCD_ENDPOINTS; jdbc: DS's JDBC registry tables)
 #   scripts/demo.sh [--hold-seconds N]   (keeps the status page up N s at the end)
