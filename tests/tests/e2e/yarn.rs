@@ -14,6 +14,12 @@ use reaper_e2e::*;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
+const WORKER: &str = "10.0.0.11:1234";
+
+fn sql_now() -> String {
+    chrono::Utc::now().format("%Y-%m-%d %H:%M:%S").to_string()
+}
+
 /// Reads the launcher's stdout to its end, passing on the protocol's lines.
 fn drain(mut lines: Lines<BufReader<ChildStdout>>) -> tokio::sync::mpsc::UnboundedReceiver<String> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -120,7 +126,8 @@ impl MiniYarn {
 
 /// A lost worker's SPARK task whose applications run is held (not failed);
 /// the ids (one from `appInfo.log`, one from the 3.2 task log) outlive the
-/// agent, the worker and a daemon restart; with `kill_remote_apps` the
+/// agent, the worker and a daemon restarted between learning them and the
+/// loss; a ghost's view shows its application; with `kill_remote_apps` the
 /// daemon kills both, and the task row is written only after they are
 /// KILLED. An RM that cannot be reached holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -138,12 +145,15 @@ async fn a_running_application_holds_its_lost_task_and_kill_ends_it_first() -> a
     let (_m, [mut w1, _w2, _w3]) =
         master_and_three_workers(&zk_connect(), &root, line, "10.0.0.1:5678", long_ago()).await?;
     let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
-    let mut spec = TaskSpec::new(wf, 1, Some("10.0.0.11:1234"));
+    let mut spec = TaskSpec::new(wf, 1, Some(WORKER));
     spec.task_type = "SPARK".into();
     let task = db.insert_task(&spec).await?;
-    // a task on the same worker whose RM is down (its own daemon below)
+    // a SPARK task on the same worker whose row ends while its process (and
+    // its application) go on: a ghost
+    let ghost_task = db.insert_task(&spec).await?;
     let app1 = yarn.submit("spark-app-info").await?;
     let app2 = yarn.submit("spark-task-log").await?;
+    let app3 = yarn.submit("spark-ghost").await?;
     assert_eq!(yarn.state(&app1).await?, "ACCEPTED");
 
     // the worker side: the task's process writes app1 into appInfo.log (as
@@ -165,41 +175,91 @@ async fn a_running_application_holds_its_lost_task_and_kill_ends_it_first() -> a
         task,
         &format!("echo {app1} >> appInfo.log\nsleep 86400"),
     )?;
-    let mut agent = AgentProcess::start(
-        &root,
-        "10.0.0.11:1234",
-        exec.path(),
-        &format!("task_log_base = \"{}\"\n", logs.path().display()),
-    )
-    .await?;
+    let mut p_ghost = exec.start_ds_command(
+        line,
+        wf,
+        ghost_task,
+        &format!("echo {app3} >> appInfo.log\nsleep 86400"),
+    )?;
+    let agent_extra = format!("task_log_base = \"{}\"\n", logs.path().display());
+    let mut agent = AgentProcess::start(&root, WORKER, exec.path(), &agent_extra).await?;
 
     let cfg = format!(
         "[policy]\nworker_lost = \"fail\"\n\n[yarn]\nresource_managers = [\"{}\"]\ntimeout = \"2s\"\n",
         yarn.url
     );
-    let mut d = Daemon::start_with_env(
-        db.url(),
-        &root,
-        &cfg,
-        &[("DS_REAPER__RECONCILE__AGENT_STALE_AFTER", "3s")],
-    )
-    .await?;
+    let env = [
+        ("DS_REAPER__RECONCILE__AGENT_STALE_AFTER", "3s"),
+        ("DS_REAPER__RECONCILE__GHOST_AFTER", "3s"),
+    ];
+    let mut d = Daemon::start_with_env(db.url(), &root, &cfg, &env).await?;
     d.wait_ready().await?;
     let ids_file = d.dir.path().join("remote-apps.jsonl");
-    wait_until("both ids are learned and kept on disk", || async {
+    wait_until("the ids are learned and kept on disk", || async {
         let text = std::fs::read_to_string(&ids_file).unwrap_or_default();
-        Ok(text.contains(&app1) && text.contains(&app2))
+        Ok([&app1, &app2, &app3].iter().all(|a| text.contains(*a)))
     })
     .await?;
 
-    // The worker host dies with its agent and its process; the daemon is
-    // restarted before it ever judged the task: only the file has the ids.
+    // The ghost's view carries its application with the RM's state, as a
+    // zombie's does.
+    db.exec(&format!(
+        "UPDATE t_ds_task_instance SET state = 7, end_time = '{}' WHERE id = {ghost_task}",
+        sql_now()
+    ))
+    .await?;
+    wait_until("the ghost shows its remote application", || async {
+        let g = d.json("/api/v1/ghosts").await?;
+        Ok(g["ghosts"].as_array().into_iter().flatten().any(|x| {
+            x["task_id"] == ghost_task
+                && x["remote_apps"]
+                    == serde_json::json!([
+                        {"id": app3, "state": "ACCEPTED", "final_status": "UNDEFINED"}
+                    ])
+        }))
+    })
+    .await?;
+
+    // The ids outlive a daemon restart between learning them and the
+    // worker's loss. So that nothing tells the restarted daemon again, the
+    // task's files lose them and a fresh agent (whose memory of ids starts
+    // empty) lists the task without them.
+    std::fs::remove_file(exec.execute_path(line, wf, task)?.join("appInfo.log"))?;
+    std::fs::write(&log, "")?;
+    assert_eq!(agent.stop().await?, Some(0));
+    agent = AgentProcess::start(&root, WORKER, exec.path(), &agent_extra).await?;
+    let zk = zookeeper_client::Client::connect(&zk_connect()).await?;
+    let node = format!("{root}/ds-reaper/agents/{WORKER}");
+    wait_until("the fresh agent lists the task with no ids", || async {
+        let Ok((data, _)) = zk.get_data(&node).await else {
+            return Ok(false);
+        };
+        let r: serde_json::Value = serde_json::from_slice(&data).unwrap_or_default();
+        Ok(r["tasks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|t| t["task_id"] == task && t["app_ids"].as_array().is_none_or(|a| a.is_empty())))
+    })
+    .await?;
+    d.crash_and_restart(&env).await?;
+    d.wait_ready().await?;
+    d.wait_sweeps(2).await?;
+    assert!(
+        d.json("/api/v1/zombies").await?["zombies"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .all(|z| z["task_id"] != task),
+        "its worker lives"
+    );
+
+    // Then the worker host dies with its agent and its processes: only the
+    // file has the ids.
     w1.crash().await;
     assert_eq!(agent.stop().await?, Some(0));
     p.kill()?;
-    d.crash_and_restart(&[("DS_REAPER__RECONCILE__AGENT_STALE_AFTER", "3s")])
-        .await?;
-    d.wait_ready().await?;
+    p_ghost.kill()?;
     wait_until("the task is held as remote_app_running", || async {
         let zs = d.json("/api/v1/zombies").await?;
         Ok(zs["zombies"].as_array().into_iter().flatten().any(|z| {
@@ -210,6 +270,18 @@ async fn a_running_application_holds_its_lost_task_and_kill_ends_it_first() -> a
                     .as_array()
                     .is_some_and(|a| a.len() == 2 && a.iter().all(|x| x["state"] == "ACCEPTED"))
         }))
+    })
+    .await?;
+    // and again after a restart that follows the loss
+    d.crash_and_restart(&env).await?;
+    d.wait_ready().await?;
+    wait_until("the task is held again after the restart", || async {
+        let zs = d.json("/api/v1/zombies").await?;
+        Ok(zs["zombies"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|z| z["task_id"] == task && z["note"] == "remote_app_running"))
     })
     .await?;
     d.wait_sweeps(3).await?;
