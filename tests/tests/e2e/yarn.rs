@@ -244,6 +244,17 @@ async fn a_running_application_holds_its_lost_task_and_kill_ends_it_first() -> a
     .await?;
     d.crash_and_restart(&env).await?;
     d.wait_ready().await?;
+    // the restarted daemon compacted the file: one line per task
+    let kept: Vec<serde_json::Value> = std::fs::read_to_string(&ids_file)?
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    assert!(
+        kept.iter().any(|l| l["task_id"] == task
+            && l["app_ids"] == serde_json::json!([app1.clone(), app2.clone()])),
+        "{kept:?}"
+    );
     d.wait_sweeps(2).await?;
     assert!(
         d.json("/api/v1/zombies").await?["zombies"]

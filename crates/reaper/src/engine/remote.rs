@@ -135,6 +135,52 @@ impl Engine {
         answers
     }
 
+    /// Makes this engine (the daemon's) the one that compacts
+    /// `remote-apps.jsonl`, and compacts it now.
+    pub async fn own_remote_apps(&self) {
+        let Some(known) = self.known_apps.clone() else {
+            return;
+        };
+        let path = known.path().display().to_string();
+        match tokio::task::spawn_blocking(move || known.own()).await {
+            Ok(Ok(())) => tracing::debug!(%path, "remote applications file compacted"),
+            // the file stays as it was: appends go on, nothing is lost
+            Ok(Err(e)) => {
+                tracing::warn!(%path, error = %e, "cannot compact the remote applications file")
+            }
+            Err(e) => tracing::warn!(error = %e, "compacting the remote applications file failed"),
+        }
+    }
+
+    /// After a full scan: forgets the ids of tasks long over (see
+    /// `KnownApps::forget_over`); `candidates` are the scan's live rows.
+    pub(super) async fn forget_remote_apps(
+        &self,
+        candidates: &[reaper_core::Candidate],
+        view: &RegistryView,
+        now: reaper_core::Instant,
+    ) {
+        let Some(known) = self.known_apps.clone() else {
+            return;
+        };
+        let mut live: BTreeSet<i64> = candidates.iter().map(|c| c.id).collect();
+        live.extend(
+            view.agents
+                .values()
+                .filter_map(|a| a.report.as_ref())
+                .flat_map(|r| r.tasks.iter().map(|t| t.task_id)),
+        );
+        match tokio::task::spawn_blocking(move || known.forget_over(&live, now)).await {
+            Ok(Ok(0)) => {}
+            Ok(Ok(n)) => tracing::info!(
+                forgotten = n,
+                "remote application ids of tasks long over forgotten"
+            ),
+            Ok(Err(e)) => tracing::warn!(error = %e, "cannot compact the remote applications file"),
+            Err(e) => tracing::warn!(error = %e, "compacting the remote applications file failed"),
+        }
+    }
+
     /// Shows each ghost's applications as the zombie view shows a zombie's
     /// (SPEC §17): the ids kept for its task and those the agents report
     /// now, with the RM's answers. A ghost's action is the agent's kill of

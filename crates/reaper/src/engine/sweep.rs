@@ -153,6 +153,9 @@ impl Engine {
         let mut remote = self
             .judge_remote_apps(&mut plan.zombies, &view, line, remote_gate)
             .await;
+        if full {
+            self.forget_remote_apps(&candidates, &view, now).await;
+        }
         let zombies = Arc::new(std::mem::take(&mut plan.zombies));
         let mut per_reason: BTreeMap<Reason, i64> = Reason::ALL.iter().map(|r| (*r, 0)).collect();
         for z in zombies.iter() {
