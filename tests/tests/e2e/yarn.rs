@@ -63,16 +63,30 @@ struct MiniYarn {
 }
 
 impl MiniYarn {
-    async fn start() -> anyhow::Result<Option<MiniYarn>> {
+    /// Whether the MiniYARNCluster tests run (said when not).
+    fn on() -> bool {
         if std::env::var("YARN_TESTS").as_deref() != Ok("1") {
             eprintln!("SKIPPED: the MiniYARNCluster tests run with YARN_TESTS=1 (scripts/yarn.sh)");
+            return false;
+        }
+        true
+    }
+
+    async fn start() -> anyhow::Result<Option<MiniYarn>> {
+        if !Self::on() {
             return Ok(None);
         }
+        Ok(Some(Self::launch(&[]).await?.0))
+    }
+
+    /// The launcher with `args`; also the RM's HA state when it says one.
+    async fn launch(args: &[&str]) -> anyhow::Result<(MiniYarn, Option<String>)> {
         let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("yarn/launch.sh");
         let tmp = tempfile::tempdir()?;
         let mut child = tokio::process::Command::new("bash")
             .arg(&script)
             .arg("run")
+            .args(args)
             .env("TMPDIR", tmp.path())
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
@@ -84,19 +98,25 @@ impl MiniYarn {
         let first =
             tokio::time::timeout(std::time::Duration::from_secs(300), answer(&mut out, "rm "))
                 .await
-                .map_err(|_| anyhow::anyhow!("the MiniYARNCluster did not start within 300 s"))?;
-        let url = first.map_err(|e| {
+                .map_err(|_| anyhow::anyhow!("the ResourceManager did not start within 300 s"))?;
+        let first = first.map_err(|e| {
             let log = std::fs::read_to_string(tmp.path().join("yarn.log")).unwrap_or_default();
             let tail: String = log.lines().rev().take(30).collect::<Vec<_>>().join("\n");
             anyhow::anyhow!("{e}; the launcher's stderr ends:\n{tail}")
         })?;
-        Ok(Some(MiniYarn {
-            child,
-            stdin,
-            out,
-            url,
-            _tmp: tmp,
-        }))
+        let mut words = first.split_whitespace();
+        let url = words.next().unwrap_or_default().to_string();
+        let ha = words.next().map(str::to_string);
+        Ok((
+            MiniYarn {
+                child,
+                stdin,
+                out,
+                url,
+                _tmp: tmp,
+            },
+            ha,
+        ))
     }
 
     /// Submits an application that stays ACCEPTED; its id.
@@ -115,6 +135,18 @@ impl MiniYarn {
             .json()
             .await?;
         Ok(v["app"]["state"].as_str().unwrap_or_default().to_string())
+    }
+
+    /// The RM's HA state (`/ws/v1/cluster/info`, which a standby answers itself).
+    async fn ha_state(&self) -> anyhow::Result<String> {
+        let v: serde_json::Value = reqwest::get(format!("{}/ws/v1/cluster/info", self.url))
+            .await?
+            .json()
+            .await?;
+        Ok(v["clusterInfo"]["haState"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string())
     }
 
     async fn stop(mut self) {
@@ -416,5 +448,141 @@ async fn a_running_application_holds_its_lost_task_and_kill_ends_it_first() -> a
     );
     k.terminate().await?;
     yarn.stop().await;
+    cleanup(db, &root).await
+}
+
+/// Two real ResourceManagers in RM HA (one JVM each, the elector on a
+/// ZooKeeper root of the test's own): the standby answers a real 307 to the
+/// active, and ds-reaper gets the application's real state through it and
+/// kills through it (a PUT followed by hand, its body kept).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_rms_redirect_is_followed_to_the_active_for_state_and_kill() -> anyhow::Result<()>
+{
+    if !services_up().await || !MiniYarn::on() {
+        return Ok(());
+    }
+    let root = unique_root();
+    let conf_dir = tempfile::tempdir()?;
+    let conf = conf_dir.path().join("ha.conf");
+    let mut lines = vec![
+        "yarn.resourcemanager.ha.enabled=true".to_string(),
+        "yarn.resourcemanager.ha.rm-ids=rm1,rm2".into(),
+        format!(
+            "yarn.resourcemanager.cluster-id=ds-reaper-{}",
+            root.replace('/', "-")
+        ),
+        format!("hadoop.zk.address={}", zk_connect()),
+        format!("yarn.resourcemanager.zk-address={}", zk_connect()),
+        format!("yarn.resourcemanager.ha.automatic-failover.zk-base-path={root}/yarn-leader"),
+    ];
+    let mut web = Vec::new();
+    for rm in ["rm1", "rm2"] {
+        for key in [
+            "address",
+            "scheduler.address",
+            "resource-tracker.address",
+            "admin.address",
+            "webapp.address",
+            "webapp.https.address",
+        ] {
+            let port = free_port();
+            if key == "webapp.address" {
+                web.push(port);
+            }
+            lines.push(format!("yarn.resourcemanager.{key}.{rm}=127.0.0.1:{port}"));
+        }
+    }
+    std::fs::write(&conf, lines.join("\n") + "\n")?;
+    let conf_arg = conf.display().to_string();
+    // rm1 first: it takes the lead; rm2 then stands by
+    let (mut active, _) = MiniYarn::launch(&["ha", "rm1", &conf_arg]).await?;
+    wait_until("rm1 is active", || async {
+        Ok(active.ha_state().await.ok().as_deref() == Some("ACTIVE"))
+    })
+    .await?;
+    let (standby, _) = MiniYarn::launch(&["ha", "rm2", &conf_arg]).await?;
+    assert_eq!(standby.ha_state().await?, "STANDBY");
+    assert_eq!(active.ha_state().await?, "ACTIVE");
+    let app = active.submit("spark-ha").await?;
+    assert_eq!(active.state(&app).await?, "ACCEPTED");
+
+    // the standby's own answer: a redirect to the active, not the state
+    let raw = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()?
+        .get(format!("{}/ws/v1/cluster/apps/{app}", standby.url))
+        .send()
+        .await?;
+    assert_eq!(raw.status().as_u16(), 307);
+    let location = raw
+        .headers()
+        .get("Location")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    assert!(location.contains(&format!(":{}/", web[0])), "{location}");
+
+    // A lost worker's SPARK task whose application id was learned earlier.
+    let db = sim_db(SimKind::MySql, "3.2.2").await?;
+    let line = db.line;
+    let (_m, [mut w1, _w2, _w3]) =
+        master_and_three_workers(&zk_connect(), &root, line, "10.0.0.1:5678", long_ago()).await?;
+    let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
+    let mut spec = TaskSpec::new(wf, 1, Some(WORKER));
+    spec.task_type = "SPARK".into();
+    let task = db.insert_task(&spec).await?;
+    let ids = format!(
+        "{{\"task_id\":{task},\"app_id\":\"{app}\",\"host\":\"{WORKER}\",\"learned_at\":\"{}\"}}\n",
+        chrono::Utc::now().to_rfc3339()
+    );
+
+    // [standby, active]: held on the real state, asked of the standby first
+    let cfg = format!(
+        "[policy]\nworker_lost = \"fail\"\n\n[yarn]\nresource_managers = [\"{}\", \"{}\"]\ntimeout = \"5s\"\n",
+        standby.url, active.url
+    );
+    let mut d = Daemon::start(db.url(), &root, &cfg).await?;
+    std::fs::write(d.dir.path().join("remote-apps.jsonl"), &ids)?;
+    d.crash_and_restart(&[]).await?;
+    d.wait_ready().await?;
+    w1.crash().await;
+    wait_until("held on the active's state, asked via the standby", || async {
+        let zs = d.json("/api/v1/zombies").await?;
+        Ok(zs["zombies"].as_array().into_iter().flatten().any(|z| {
+            z["task_id"] == task
+                && z["note"] == "remote_app_running"
+                && z["remote_apps"]
+                    == serde_json::json!([{"id": app, "state": "ACCEPTED", "final_status": "UNDEFINED"}])
+        }))
+    })
+    .await?;
+    assert_eq!(db.task_state(task).await?.state, 1);
+    d.terminate().await?;
+
+    // Only the standby named: the state and the kill both go through its
+    // redirect; the task is written only once the application is KILLED.
+    let kill_cfg = format!(
+        "[policy]\nworker_lost = \"fail\"\nkill_remote_apps = true\n\n[yarn]\nresource_managers = [\"{}\"]\ntimeout = \"5s\"\n",
+        standby.url
+    );
+    let mut k = Daemon::start(db.url(), &root, &kill_cfg).await?;
+    std::fs::write(k.dir.path().join("remote-apps.jsonl"), &ids)?;
+    k.crash_and_restart(&[]).await?;
+    k.wait_ready().await?;
+    wait_until("the task is failed", || async {
+        Ok(db.task_state(task).await?.state == 6)
+    })
+    .await?;
+    assert_eq!(active.state(&app).await?, "KILLED");
+    let records = k.audit();
+    assert!(
+        records
+            .iter()
+            .any(|r| r["event"] == "done" && r["kind"] == "remote_app" && r["app_id"] == app),
+        "{records:#?}"
+    );
+    k.terminate().await?;
+    standby.stop().await;
+    active.stop().await;
     cleanup(db, &root).await
 }

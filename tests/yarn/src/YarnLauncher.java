@@ -7,6 +7,13 @@
 //                   prints "app <id>"
 //   state <id>      prints "state <id> <YARN state>"
 //   quit            stops the cluster
+// With the arguments "ha <rm-id> <conf file>" it starts instead one
+// ResourceManager of an HA pair (no NodeManager): the conf file's key=value
+// lines name both RMs' addresses, the ZooKeeper its elector uses and the
+// cluster id; it prints "rm <its webapp url> <ACTIVE|STANDBY>" once it has
+// taken a side, and serves the same commands (its YarnClient fails over to
+// whichever RM is active). Two JVMs, one RM each: in one JVM the RMs' web
+// apps would share one static filter.
 // Run by tests/yarn/launch.sh; its jars come from Maven Central into a cache
 // outside the repository.
 import java.io.BufferedReader;
@@ -20,17 +27,57 @@ import org.apache.hadoop.yarn.client.api.YarnClient;
 import org.apache.hadoop.yarn.client.api.YarnClientApplication;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.apache.hadoop.yarn.server.MiniYARNCluster;
+import org.apache.hadoop.yarn.server.resourcemanager.ResourceManager;
 
 public class YarnLauncher {
     public static void main(String[] args) {
         try {
-            run();
+            if (args.length == 3 && args[0].equals("ha")) {
+                runHa(args[1], args[2]);
+            } else {
+                run();
+            }
         } catch (Throwable e) {
             // a failed start leaves non-daemon threads behind: end them all
             e.printStackTrace();
             System.out.println("error " + e.toString().replace('\n', ' '));
             System.exit(1);
         }
+    }
+
+    static void runHa(String id, String confFile) throws Exception {
+        YarnConfiguration conf = new YarnConfiguration();
+        conf.set("yarn.resourcemanager.scheduler.class",
+                "org.apache.hadoop.yarn.server.resourcemanager.scheduler.fifo.FifoScheduler");
+        conf.setInt("yarn.scheduler.minimum-allocation-mb", 64);
+        conf.setBoolean("yarn.resourcemanager.recovery.enabled", false);
+        for (String l : java.nio.file.Files.readAllLines(java.nio.file.Paths.get(confFile))) {
+            int eq = l.indexOf('=');
+            if (eq > 0) {
+                conf.set(l.substring(0, eq).trim(), l.substring(eq + 1).trim());
+            }
+        }
+        conf.set("yarn.resourcemanager.ha.id", id);
+        ResourceManager rm = new ResourceManager();
+        rm.init(conf);
+        rm.start();
+        String state = "";
+        for (int i = 0; i < 600; i++) {
+            state = String.valueOf(rm.getRMContext().getHAServiceState()).toUpperCase();
+            if (state.equals("ACTIVE") || state.equals("STANDBY")) {
+                break;
+            }
+            Thread.sleep(100);
+        }
+        YarnClient client = YarnClient.createYarnClient();
+        client.init(new YarnConfiguration(conf));
+        client.start();
+        System.out.println("rm http://" + conf.get("yarn.resourcemanager.webapp.address." + id) + " " + state);
+        System.out.flush();
+        serve(client);
+        client.stop();
+        rm.stop();
+        System.exit(0);
     }
 
     static void run() throws Exception {
@@ -58,6 +105,14 @@ public class YarnLauncher {
         client.start();
         System.out.println("rm http://" + web);
         System.out.flush();
+        serve(client);
+        client.stop();
+        cluster.stop();
+        System.exit(0);
+    }
+
+    /** The stdin commands, until "quit" or the end of stdin. */
+    static void serve(YarnClient client) throws Exception {
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
         String line;
         while ((line = in.readLine()) != null) {
@@ -89,8 +144,5 @@ public class YarnLauncher {
             }
             System.out.flush();
         }
-        client.stop();
-        cluster.stop();
-        System.exit(0);
     }
 }
