@@ -1,7 +1,8 @@
 //! Remote YARN applications (SPEC §17) against a real ResourceManager: a
 //! MiniYARNCluster started by tests/yarn/launch.sh (Hadoop's
 //! hadoop-client-minicluster from Maven Central, cached outside the
-//! repository), real applications that stay ACCEPTED (their AM command only
+//! repository) with a NodeManager in a JVM of its own, real applications
+//! that are RUNNING (their application master registers, then only
 //! sleeps), a real agent reading their ids from `appInfo.log` and from the
 //! task's log, and the daemon. Needs a JDK and Maven (`tests/yarn/launch.sh
 //! prepare`: about 20 s cold) and runs about a minute: on with `YARN_TESTS=1`,
@@ -119,7 +120,8 @@ impl MiniYarn {
         ))
     }
 
-    /// Submits an application that stays ACCEPTED; its id.
+    /// Submits an application (RUNNING once a NodeManager runs its master;
+    /// ACCEPTED for good without one, as with the HA pair); its id.
     async fn submit(&mut self, name: &str) -> anyhow::Result<String> {
         self.stdin
             .write_all(format!("submit {name}\n").as_bytes())
@@ -186,7 +188,16 @@ async fn a_running_application_holds_its_lost_task_and_kill_ends_it_first() -> a
     let app1 = yarn.submit("spark-app-info").await?;
     let app2 = yarn.submit("spark-task-log").await?;
     let app3 = yarn.submit("spark-ghost").await?;
-    assert_eq!(yarn.state(&app1).await?, "ACCEPTED");
+    // a NodeManager runs their application masters, which register
+    wait_until("the applications run", || async {
+        for app in [&app1, &app2, &app3] {
+            if yarn.state(app).await? != "RUNNING" {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    })
+    .await?;
 
     // the worker side: the task's process writes app1 into appInfo.log (as
     // DS's aop collector does); its 3.2 task log names app2
@@ -246,7 +257,7 @@ async fn a_running_application_holds_its_lost_task_and_kill_ends_it_first() -> a
             x["task_id"] == ghost_task
                 && x["remote_apps"]
                     == serde_json::json!([
-                        {"id": app3, "state": "ACCEPTED", "final_status": "UNDEFINED"}
+                        {"id": app3, "state": "RUNNING", "final_status": "UNDEFINED"}
                     ])
         }))
     })
@@ -311,7 +322,7 @@ async fn a_running_application_holds_its_lost_task_and_kill_ends_it_first() -> a
                 && z["note"] == "remote_app_running"
                 && z["remote_apps"]
                     .as_array()
-                    .is_some_and(|a| a.len() == 2 && a.iter().all(|x| x["state"] == "ACCEPTED"))
+                    .is_some_and(|a| a.len() == 2 && a.iter().all(|x| x["state"] == "RUNNING"))
         }))
     })
     .await?;
@@ -331,8 +342,7 @@ async fn a_running_application_holds_its_lost_task_and_kill_ends_it_first() -> a
     assert_eq!(db.task_state(task).await?.state, 1, "held, not failed");
     assert!(d.audit_events("intent", Some(task)).is_empty());
     assert_eq!(
-        d.metric("ds_reaper_remote_apps{state=\"accepted\"}")
-            .await?,
+        d.metric("ds_reaper_remote_apps{state=\"running\"}").await?,
         Some(2.0)
     );
     // Not even a forced manual reap writes while the applications run.
@@ -379,8 +389,8 @@ async fn a_running_application_holds_its_lost_task_and_kill_ends_it_first() -> a
     assert_eq!(
         states,
         [
-            (app1.clone(), serde_json::json!("ACCEPTED")),
-            (app2.clone(), serde_json::json!("ACCEPTED"))
+            (app1.clone(), serde_json::json!("RUNNING")),
+            (app2.clone(), serde_json::json!("RUNNING"))
         ],
         "{out}"
     );
@@ -408,7 +418,7 @@ async fn a_running_application_holds_its_lost_task_and_kill_ends_it_first() -> a
     .await?;
     down.wait_sweeps(3).await?;
     assert_eq!(db.task_state(task).await?.state, 1, "the RM down holds");
-    assert_eq!(yarn.state(&app1).await?, "ACCEPTED");
+    assert_eq!(yarn.state(&app1).await?, "RUNNING");
     down.terminate().await?;
 
     // With kill: both applications are killed, then the task is failed.
@@ -451,19 +461,23 @@ async fn a_running_application_holds_its_lost_task_and_kill_ends_it_first() -> a
     cleanup(db, &root).await
 }
 
-/// Two real ResourceManagers in RM HA (one JVM each, the elector on a
-/// ZooKeeper root of the test's own): the standby answers a real 307 to the
-/// active, and ds-reaper gets the application's real state through it and
-/// kills through it (a PUT followed by hand, its body kept).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_standby_rms_redirect_is_followed_to_the_active_for_state_and_kill() -> anyhow::Result<()>
-{
-    if !services_up().await || !MiniYarn::on() {
-        return Ok(());
+/// A port below the ephemeral range (32768 and up on Linux), where the
+/// servers the other tests bind to port 0 never land; free when asked.
+fn low_port() -> u16 {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let seed = (std::process::id() as u16).wrapping_mul(7919);
+    loop {
+        let p = 20_000 + (seed.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) % 12_000);
+        if std::net::TcpListener::bind(("127.0.0.1", p)).is_ok() {
+            return p;
+        }
     }
-    let root = unique_root();
-    let conf_dir = tempfile::tempdir()?;
-    let conf = conf_dir.path().join("ha.conf");
+}
+
+/// The HA pair's settings (both RMs' addresses, the elector's ZooKeeper
+/// under `root`); returns the two web ports.
+fn write_ha_conf(conf: &std::path::Path, root: &str) -> anyhow::Result<Vec<u16>> {
     let mut lines = vec![
         "yarn.resourcemanager.ha.enabled=true".to_string(),
         "yarn.resourcemanager.ha.rm-ids=rm1,rm2".into(),
@@ -485,22 +499,56 @@ async fn a_standby_rms_redirect_is_followed_to_the_active_for_state_and_kill() -
             "webapp.address",
             "webapp.https.address",
         ] {
-            let port = free_port();
+            let port = low_port();
             if key == "webapp.address" {
                 web.push(port);
             }
             lines.push(format!("yarn.resourcemanager.{key}.{rm}=127.0.0.1:{port}"));
         }
     }
-    std::fs::write(&conf, lines.join("\n") + "\n")?;
+    std::fs::write(conf, lines.join("\n") + "\n")?;
+    Ok(web)
+}
+
+/// Two real ResourceManagers in RM HA (one JVM each, the elector on a
+/// ZooKeeper root of the test's own): the standby answers a real 307 to the
+/// active, and ds-reaper gets the application's real state through it and
+/// kills through it (a PUT followed by hand, its body kept).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_rms_redirect_is_followed_to_the_active_for_state_and_kill() -> anyhow::Result<()>
+{
+    if !services_up().await || !MiniYarn::on() {
+        return Ok(());
+    }
+    let root = unique_root();
+    let conf_dir = tempfile::tempdir()?;
+    let conf = conf_dir.path().join("ha.conf");
     let conf_arg = conf.display().to_string();
-    // rm1 first: it takes the lead; rm2 then stands by
-    let (mut active, _) = MiniYarn::launch(&["ha", "rm1", &conf_arg]).await?;
-    wait_until("rm1 is active", || async {
-        Ok(active.ha_state().await.ok().as_deref() == Some("ACTIVE"))
-    })
-    .await?;
-    let (standby, _) = MiniYarn::launch(&["ha", "rm2", &conf_arg]).await?;
+    // A bind can still lose a race with the other tests' servers: the pair
+    // is started again on other ports then.
+    let mut tries = 0;
+    let (mut active, standby, web) = loop {
+        tries += 1;
+        let web = write_ha_conf(&conf, &root)?;
+        // rm1 first: it takes the lead; rm2 then stands by
+        let pair = async {
+            let (active, _) = MiniYarn::launch(&["ha", "rm1", &conf_arg]).await?;
+            wait_until("rm1 is active", || async {
+                Ok(active.ha_state().await.ok().as_deref() == Some("ACTIVE"))
+            })
+            .await?;
+            let (standby, _) = MiniYarn::launch(&["ha", "rm2", &conf_arg]).await?;
+            anyhow::Ok((active, standby))
+        }
+        .await;
+        match pair {
+            Ok((a, s)) => break (a, s, web),
+            Err(e) if tries < 3 && e.to_string().contains("BindException") => {
+                eprintln!("the RM pair did not start ({e}); again on other ports");
+            }
+            Err(e) => return Err(e),
+        }
+    };
     assert_eq!(standby.ha_state().await?, "STANDBY");
     assert_eq!(active.ha_state().await?, "ACTIVE");
     let app = active.submit("spark-ha").await?;
