@@ -22,7 +22,7 @@ realds_log=$(mktemp /tmp/ds-reaper-realds.XXXXXX.log)
 python3 tests/real-ds/scenarios.py --version "${REALDS_VERSION:-3.1.1}" fidelity zombie ghost >"$realds_log" 2>&1 &
 realds_pid=$!
 echo "== YARN ResourceManager jars for the e2e yarn test, in the background (tests/yarn: a MiniYARNCluster"
-echo "   from Maven Central into /var/tmp/ds-reaper-services/yarn; cold about 20 s, the test about 60 s)"
+echo "   from Maven Central into /var/tmp/ds-reaper-services/yarn; cold about 20 s, the tests about 2 x 100 s)"
 yarn_log=$(mktemp /tmp/ds-reaper-yarn.XXXXXX.log)
 bash tests/yarn/launch.sh prepare >"$yarn_log" 2>&1 &
 yarn_pid=$!

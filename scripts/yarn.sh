@@ -3,7 +3,9 @@
 # jars from Maven Central, into /var/tmp/ds-reaper-services/yarn; nothing of Hadoop's in the
 # repository) driven by the e2e tests in tests/tests/e2e/yarn.rs: a lost worker's SPARK task whose
 # applications run is held, the ids survive a daemon restart, an RM that is down holds, and with
-# kill_remote_apps the applications end KILLED before the task row is written.
+# kill_remote_apps the applications end KILLED before the task row is written; and an RM HA pair
+# (two JVMs, one ResourceManager each, the elector on the dev ZooKeeper under the test's own root)
+# whose standby's real 307 ds-reaper follows for the state and the kill.
 #   scripts/yarn.sh            (needs the dev services: bash deploy/dev/services.sh start)
 # HADOOP_VERSION (default 3.3.6) and YARN_CACHE pass through to tests/yarn/launch.sh. A missing
 # JDK or Maven fails the run (never a skip).

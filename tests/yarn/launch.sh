@@ -4,6 +4,8 @@
 #                                  repository) and compile the launcher
 #   tests/yarn/launch.sh run       prepare, then run the launcher (stdin/stdout protocol:
 #                                  see src/YarnLauncher.java)
+#   tests/yarn/launch.sh run ha <rm-id> <conf file>
+#                                  one ResourceManager of an HA pair (see the same)
 # YARN_CACHE (default /var/tmp/ds-reaper-services/yarn), HADOOP_VERSION (default 3.3.6).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -38,6 +40,6 @@ case "${1:-run}" in
     # shellcheck disable=SC2086
     exec java -Xmx768m -Djava.net.preferIPv4Stack=true $opens \
       -Dhadoop.tmp.dir="$work" -Djava.io.tmpdir="$work" \
-      -cp "$classes:$lib/*" YarnLauncher ;;
+      -cp "$classes:$lib/*" YarnLauncher "${@:2}" ;;
   *) echo "usage: $0 prepare|run" >&2; exit 2 ;;
 esac

@@ -283,6 +283,10 @@ pub struct Ghost {
     pub action: GhostAction,
     pub note: Option<String>,
     pub disposition: Disposition,
+    /// The task's YARN applications with the RM's answers (SPEC §17),
+    /// filled in by the daemon: the plan knows nothing of the RM.
+    #[serde(default)]
+    pub remote_apps: Vec<crate::remote::RemoteApp>,
 }
 
 impl Ghost {
@@ -489,6 +493,7 @@ pub fn plan_ghosts(
                 action,
                 note,
                 disposition,
+                remote_apps: Vec::new(),
             });
         }
     }

@@ -334,6 +334,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     );
     let engine = build(settings, &cancel, true)?;
     engine.close_dangling_intents();
+    engine.own_remote_apps().await;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;

@@ -334,6 +334,8 @@ pub struct GhostView {
     pub evidence: reaper_core::ghost::GhostEvidence,
     pub action: &'static str,
     pub note: Option<String>,
+    /// The task's YARN applications (SPEC §17), as the zombie view shows them.
+    pub remote_apps: Vec<reaper_core::remote::RemoteApp>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -362,6 +364,7 @@ impl GhostView {
             evidence: g.evidence.clone(),
             action: g.action.as_str(),
             note: g.note.clone(),
+            remote_apps: g.remote_apps.clone(),
         }
     }
 }

@@ -228,7 +228,7 @@ fn encode(s: &str) -> String {
     out
 }
 
-/// One learned id: a line of `remote-apps.jsonl`.
+/// One learned id: a line appended to `remote-apps.jsonl`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Learned {
     pub task_id: i64,
@@ -238,10 +238,187 @@ pub struct Learned {
     pub learned_at: Instant,
 }
 
+/// A line of `remote-apps.jsonl` as read: an appended [`Learned`] (one id),
+/// or a compacted task (all its ids, learned last at `learned_at`).
+#[derive(Debug, Deserialize)]
+struct Line {
+    task_id: i64,
+    #[serde(default)]
+    app_id: Option<String>,
+    #[serde(default)]
+    app_ids: Vec<String>,
+    #[serde(default)]
+    host: String,
+    #[serde(default)]
+    learned_at: Option<Instant>,
+}
+
+/// A compacted task: one line with all its ids.
+#[derive(Debug, Serialize)]
+struct TaskLine<'a> {
+    task_id: i64,
+    app_ids: &'a BTreeSet<String>,
+    host: &'a str,
+    learned_at: Instant,
+}
+
+/// What is known of one task instance's applications.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Entry {
+    ids: BTreeSet<String>,
+    /// The worker whose agent reported the newest id.
+    host: String,
+    /// When its newest id was learned.
+    learned_at: Instant,
+}
+
+impl Entry {
+    fn add(&mut self, ids: impl IntoIterator<Item = String>, host: &str, at: Instant) {
+        self.ids.extend(ids);
+        if at >= self.learned_at {
+            self.learned_at = at;
+            if !host.is_empty() {
+                self.host = host.to_string();
+            }
+        }
+    }
+}
+
+/// A task's ids are forgotten (compaction drops them) only when both hold:
+/// its newest id was learned this long ago ...
+pub const FORGET_LEARNED_AGO: Duration = Duration::from_secs(7 * 24 * 3600);
+/// ... and its row has been missing from every full scan's live rows, and
+/// from every agent's listing, for this long while this daemon ran.
+pub const FORGET_ABSENT_FOR: Duration = Duration::from_secs(24 * 3600);
+/// The file is rewritten once it has this many lines more than twice its tasks.
+const GROWTH_SLACK: usize = 1_000;
+
+type Tasks = BTreeMap<i64, Entry>;
+
+/// What the file (and a compaction's leftover temp file) hold.
+struct Read {
+    tasks: Tasks,
+    lines: usize,
+}
+
+/// Reads `path`, merging into `into`. A line that is not a learned id or a
+/// compacted task (torn by a crash, edited by hand) is skipped and logged;
+/// an id that is not one is dropped. Missing: nothing. Blocking.
+fn read_into(path: &Path, into: &mut Tasks, now: Instant) -> std::io::Result<usize> {
+    let f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    let mut skipped = 0usize;
+    let mut lines = 0usize;
+    for (n, line) in std::io::BufReader::new(f).split(b'\n').enumerate() {
+        let line = line?;
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        lines += 1;
+        let parsed = serde_json::from_slice::<Line>(&line).ok();
+        let ids: Option<Vec<String>> = parsed.as_ref().map(|l| {
+            l.app_id
+                .iter()
+                .chain(&l.app_ids)
+                .filter(|id| is_app_id(id))
+                .cloned()
+                .collect()
+        });
+        match (parsed, ids) {
+            (Some(l), Some(ids)) if !ids.is_empty() => {
+                // a line without its time counts as new: kept the longest
+                let at = l.learned_at.unwrap_or(now);
+                into.entry(l.task_id)
+                    .or_insert_with(|| Entry {
+                        ids: BTreeSet::new(),
+                        host: l.host.clone(),
+                        learned_at: at,
+                    })
+                    .add(ids, &l.host, at);
+            }
+            _ => {
+                skipped += 1;
+                if skipped <= 5 {
+                    tracing::warn!(path = %path.display(), line = n + 1, "skipping a malformed line of the remote applications file");
+                }
+            }
+        }
+    }
+    if skipped > 5 {
+        tracing::warn!(path = %path.display(), skipped, "malformed lines skipped in the remote applications file");
+    }
+    Ok(lines)
+}
+
+/// The file and a leftover temp file of a compaction that did not finish
+/// (its content is also in the file, but reading it too costs nothing).
+fn read_all(path: &Path, now: Instant) -> std::io::Result<Read> {
+    let mut tasks = Tasks::new();
+    let lines = read_into(path, &mut tasks, now)?;
+    let tmp = temp_path(path);
+    if let Err(e) = read_into(&tmp, &mut tasks, now) {
+        tracing::warn!(path = %tmp.display(), error = %e, "cannot read a leftover temp file of the remote applications");
+    }
+    Ok(Read { tasks, lines })
+}
+
+fn temp_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".tmp");
+    path.with_file_name(name)
+}
+
+/// Writes `tasks` to `path` atomically: a temp file beside it, fsynced,
+/// renamed over it, and the directory fsynced. A crash at any point leaves
+/// the old file or the new one, each complete. Blocking.
+fn write_atomically(path: &Path, tasks: &Tasks) -> std::io::Result<()> {
+    let mut buf = Vec::new();
+    for (task_id, e) in tasks {
+        let line = TaskLine {
+            task_id: *task_id,
+            app_ids: &e.ids,
+            host: &e.host,
+            learned_at: e.learned_at,
+        };
+        serde_json::to_writer(&mut buf, &line).map_err(std::io::Error::other)?;
+        buf.push(b'\n');
+    }
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let tmp = temp_path(path);
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(&buf)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, path)?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
 /// The ids learned per task instance, on disk and in memory.
 pub struct KnownApps {
     path: PathBuf,
-    by_task: Mutex<BTreeMap<i64, BTreeSet<String>>>,
+    state: Mutex<State>,
+    /// Held across every write of the file, so that an append never goes
+    /// to a file a compaction is replacing.
+    io: Mutex<()>,
+}
+
+struct State {
+    tasks: Tasks,
+    /// Lines in the file now (what a compaction would shrink).
+    lines: usize,
+    /// Whether this process compacts the file: the daemon does, one-shot
+    /// commands (`check`, `reap`) only read and append.
+    owner: bool,
+    /// Since when each known task's row has been missing from the full
+    /// scans' live rows and the agents' listings.
+    absent_since: BTreeMap<i64, Instant>,
 }
 
 impl KnownApps {
@@ -254,81 +431,85 @@ impl KnownApps {
             .join("remote-apps.jsonl")
     }
 
-    /// Reads what earlier runs learned. A line that is not a learned id
-    /// (torn by a crash, edited by hand) is skipped and logged; a file that
+    /// Reads what earlier runs learned (see [`read_into`]). A file that
     /// cannot be read is logged, and the daemon goes on with what the agents
-    /// report.
+    /// report. Nothing is written here: see [`KnownApps::own`].
     pub fn load(path: PathBuf) -> KnownApps {
-        let mut by_task: BTreeMap<i64, BTreeSet<String>> = BTreeMap::new();
-        match std::fs::File::open(&path) {
-            Ok(f) => {
-                let mut skipped = 0usize;
-                for (n, line) in std::io::BufReader::new(f).split(b'\n').enumerate() {
-                    let line = match line {
-                        Ok(l) => l,
-                        Err(e) => {
-                            tracing::error!(path = %path.display(), error = %e, "cannot read the remote applications file further");
-                            break;
-                        }
-                    };
-                    if line.iter().all(u8::is_ascii_whitespace) {
-                        continue;
-                    }
-                    match serde_json::from_slice::<Learned>(&line) {
-                        Ok(l) if is_app_id(&l.app_id) => {
-                            by_task.entry(l.task_id).or_default().insert(l.app_id);
-                        }
-                        _ => {
-                            skipped += 1;
-                            if skipped <= 5 {
-                                tracing::warn!(path = %path.display(), line = n + 1, "skipping a malformed line of the remote applications file");
-                            }
-                        }
-                    }
-                }
-                if skipped > 5 {
-                    tracing::warn!(path = %path.display(), skipped, "malformed lines skipped in the remote applications file");
-                }
+        let now = chrono::Utc::now();
+        let read = read_all(&path, now).unwrap_or_else(|e| {
+            tracing::error!(path = %path.display(), error = %e, "cannot read the remote applications file");
+            Read {
+                tasks: Tasks::new(),
+                lines: 0,
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => {
-                tracing::error!(path = %path.display(), error = %e, "cannot read the remote applications file");
-            }
-        }
+        });
         KnownApps {
             path,
-            by_task: Mutex::new(by_task),
+            state: Mutex::new(State {
+                tasks: read.tasks,
+                lines: read.lines,
+                owner: false,
+                absent_since: BTreeMap::new(),
+            }),
+            io: Mutex::new(()),
         }
+    }
+
+    /// Makes this process the one that compacts the file (the daemon), and
+    /// compacts it now: one line per task, its ids deduplicated, torn and
+    /// malformed lines gone. Blocking.
+    pub fn own(&self) -> std::io::Result<()> {
+        self.st().owner = true;
+        self.compact(&BTreeSet::new(), chrono::Utc::now())
+            .map(|_| ())
     }
 
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    fn map(&self) -> std::sync::MutexGuard<'_, BTreeMap<i64, BTreeSet<String>>> {
-        self.by_task.lock().unwrap_or_else(|p| p.into_inner())
+    fn st(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn io_lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.io.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn ids(&self, task_id: i64) -> BTreeSet<String> {
-        self.map().get(&task_id).cloned().unwrap_or_default()
+        self.st()
+            .tasks
+            .get(&task_id)
+            .map(|e| e.ids.clone())
+            .unwrap_or_default()
+    }
+
+    /// The number of task instances with known ids.
+    pub fn tasks(&self) -> usize {
+        self.st().tasks.len()
     }
 
     /// Which of `found` are new.
     pub fn unknown(&self, found: Vec<Learned>) -> Vec<Learned> {
-        let m = self.map();
+        let st = self.st();
         let mut seen = BTreeSet::new();
         found
             .into_iter()
             .filter(|l| {
                 is_app_id(&l.app_id)
-                    && !m.get(&l.task_id).is_some_and(|s| s.contains(&l.app_id))
+                    && !st
+                        .tasks
+                        .get(&l.task_id)
+                        .is_some_and(|e| e.ids.contains(&l.app_id))
                     && seen.insert((l.task_id, l.app_id.clone()))
             })
             .collect()
     }
 
-    /// Appends and fsyncs `new`, then remembers them. Blocking. On failure
-    /// nothing is remembered: the agents' next reports bring them again.
+    /// Appends and fsyncs `new`, then remembers them; the owner then
+    /// compacts the file once it has grown past its bound. Blocking. On
+    /// failure nothing is remembered: the agents' next reports bring them
+    /// again.
     pub fn learn(&self, new: &[Learned]) -> std::io::Result<()> {
         if new.is_empty() {
             return Ok(());
@@ -338,32 +519,144 @@ impl KnownApps {
             serde_json::to_writer(&mut buf, l).map_err(std::io::Error::other)?;
             buf.push(b'\n');
         }
-        if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)?;
-        }
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .read(true)
-            .open(&self.path)?;
-        // a torn last line from a crash: start ours on a fresh one
-        let len = f.metadata()?.len();
-        if len > 0 {
-            use std::io::{Read, Seek, SeekFrom};
-            let mut last = [0u8; 1];
-            f.seek(SeekFrom::Start(len - 1))?;
-            f.read_exact(&mut last)?;
-            if last[0] != b'\n' {
-                buf.insert(0, b'\n');
+        {
+            let _io = self.io_lock();
+            append(&self.path, &buf)?;
+            let mut st = self.st();
+            st.lines += new.len();
+            for l in new {
+                st.tasks
+                    .entry(l.task_id)
+                    .or_insert_with(|| Entry {
+                        ids: BTreeSet::new(),
+                        host: l.host.clone(),
+                        learned_at: l.learned_at,
+                    })
+                    .add([l.app_id.clone()], &l.host, l.learned_at);
             }
         }
-        f.write_all(&buf)?;
-        f.sync_data()?;
-        let mut m = self.map();
-        for l in new {
-            m.entry(l.task_id).or_default().insert(l.app_id.clone());
+        let grown = {
+            let st = self.st();
+            st.owner && st.lines > 2 * st.tasks.len() + GROWTH_SLACK
+        };
+        if grown {
+            if let Err(e) = self.compact(&BTreeSet::new(), chrono::Utc::now()) {
+                // the appended lines are on disk: only the size is at stake
+                tracing::warn!(path = %self.path.display(), error = %e, "cannot compact the remote applications file");
+            }
         }
         Ok(())
+    }
+
+    /// After a full scan (the owner only): `live` are the task ids among its
+    /// live rows and the agents' listings. A task missing from them for
+    /// [`FORGET_ABSENT_FOR`] whose newest id is older than
+    /// [`FORGET_LEARNED_AGO`] is forgotten, and the file compacted without
+    /// it. Returns how many were forgotten. Blocking.
+    pub fn forget_over(&self, live: &BTreeSet<i64>, now: Instant) -> std::io::Result<usize> {
+        let over = {
+            let mut st = self.st();
+            if !st.owner {
+                return Ok(0);
+            }
+            let State {
+                tasks,
+                absent_since,
+                ..
+            } = &mut *st;
+            absent_since.retain(|t, _| tasks.contains_key(t) && !live.contains(t));
+            for t in tasks.keys().filter(|t| !live.contains(t)) {
+                absent_since.entry(*t).or_insert(now);
+            }
+            over(tasks, absent_since, now)
+        };
+        if over.is_empty() {
+            return Ok(0);
+        }
+        self.compact(&over, now)
+    }
+
+    /// Rewrites the file atomically with what it holds now (read again:
+    /// another process may have appended) and this process knows, less
+    /// the tasks in `drop` that are still over once read again. Returns how
+    /// many were dropped.
+    fn compact(&self, drop: &BTreeSet<i64>, now: Instant) -> std::io::Result<usize> {
+        let _io = self.io_lock();
+        let mut merged = read_all(&self.path, now)?.tasks;
+        let mut st = self.st();
+        for (t, e) in &st.tasks {
+            let m = merged.entry(*t).or_insert_with(|| e.clone());
+            m.add(e.ids.iter().cloned(), &e.host, e.learned_at);
+        }
+        let dropped: BTreeSet<i64> = over(&merged, &st.absent_since, now)
+            .intersection(drop)
+            .copied()
+            .collect();
+        merged.retain(|t, _| !dropped.contains(t));
+        write_atomically(&self.path, &merged)?;
+        st.lines = merged.len();
+        st.tasks = merged;
+        st.absent_since.retain(|t, _| !dropped.contains(t));
+        if !dropped.is_empty() {
+            tracing::info!(path = %self.path.display(), forgotten = dropped.len(), kept = st.tasks.len(), "remote applications file compacted");
+        }
+        Ok(dropped.len())
+    }
+}
+
+/// The tasks that may be forgotten (see [`KnownApps::forget_over`]).
+fn over(tasks: &Tasks, absent_since: &BTreeMap<i64, Instant>, now: Instant) -> BTreeSet<i64> {
+    let ago = |d: Duration| chrono::TimeDelta::from_std(d).unwrap_or(chrono::TimeDelta::MAX);
+    tasks
+        .iter()
+        .filter(|(t, e)| {
+            now - e.learned_at >= ago(FORGET_LEARNED_AGO)
+                && absent_since
+                    .get(t)
+                    .is_some_and(|s| now - *s >= ago(FORGET_ABSENT_FOR))
+        })
+        .map(|(t, _)| *t)
+        .collect()
+}
+
+/// Appends `buf` to `path` with fsync, on a fresh line after a torn one.
+fn append(path: &Path, buf: &[u8]) -> std::io::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .read(true)
+        .open(path)?;
+    let len = f.metadata()?.len();
+    let mut prefix: &[u8] = b"";
+    if len > 0 {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut last = [0u8; 1];
+        f.seek(SeekFrom::Start(len - 1))?;
+        f.read_exact(&mut last)?;
+        if last[0] != b'\n' {
+            prefix = b"\n";
+        }
+    }
+    let mut all = Vec::with_capacity(prefix.len() + buf.len());
+    all.extend_from_slice(prefix);
+    all.extend_from_slice(buf);
+    f.write_all(&all)?;
+    f.sync_data()?;
+    // Another process (the daemon) may have compacted the file, renaming a
+    // new one over the one written: then append to that one too.
+    use std::os::unix::fs::MetadataExt;
+    let written = f.metadata()?;
+    match std::fs::metadata(path) {
+        Ok(now) if (now.dev(), now.ino()) != (written.dev(), written.ino()) => {
+            let mut f = std::fs::OpenOptions::new().append(true).open(path)?;
+            f.write_all(b"\n")?;
+            f.write_all(buf)?;
+            f.sync_data()
+        }
+        _ => Ok(()),
     }
 }
 

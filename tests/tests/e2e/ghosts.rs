@@ -173,14 +173,16 @@ async fn ghosts_are_the_over_rows_own_processes_after_ghost_after() -> anyhow::R
         "evidence",
         "action",
         "note",
+        "remote_apps",
     ] {
         assert!(s.get(field).is_some(), "{field} missing: {s:#}");
     }
     assert_eq!(
         s.as_object().unwrap().len(),
-        14,
-        "exactly the SPEC's fields: {s:#}"
+        15,
+        "exactly the SPEC's fields (§15, and §17's remote_apps): {s:#}"
     );
+    assert_eq!(s["remote_apps"], serde_json::json!([]), "[yarn] is off");
     assert_eq!(s["reason"], "ghost_process");
     assert_eq!(s["worker"], WORKER);
     assert_eq!(s["row_state"], "SUCCESS");

@@ -1,7 +1,8 @@
 //! Remote YARN applications (SPEC §17) against a real ResourceManager: a
 //! MiniYARNCluster started by tests/yarn/launch.sh (Hadoop's
 //! hadoop-client-minicluster from Maven Central, cached outside the
-//! repository), real applications that stay ACCEPTED (their AM command only
+//! repository) with a NodeManager in a JVM of its own, real applications
+//! that are RUNNING (their application master registers, then only
 //! sleeps), a real agent reading their ids from `appInfo.log` and from the
 //! task's log, and the daemon. Needs a JDK and Maven (`tests/yarn/launch.sh
 //! prepare`: about 20 s cold) and runs about a minute: on with `YARN_TESTS=1`,
@@ -13,6 +14,12 @@ use ds_sim::procs::{ExecBase, DEFINITION, DEFINITION_VERSION};
 use reaper_e2e::*;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
+
+const WORKER: &str = "10.0.0.11:1234";
+
+fn sql_now() -> String {
+    chrono::Utc::now().format("%Y-%m-%d %H:%M:%S").to_string()
+}
 
 /// Reads the launcher's stdout to its end, passing on the protocol's lines.
 fn drain(mut lines: Lines<BufReader<ChildStdout>>) -> tokio::sync::mpsc::UnboundedReceiver<String> {
@@ -57,16 +64,30 @@ struct MiniYarn {
 }
 
 impl MiniYarn {
-    async fn start() -> anyhow::Result<Option<MiniYarn>> {
+    /// Whether the MiniYARNCluster tests run (said when not).
+    fn on() -> bool {
         if std::env::var("YARN_TESTS").as_deref() != Ok("1") {
             eprintln!("SKIPPED: the MiniYARNCluster tests run with YARN_TESTS=1 (scripts/yarn.sh)");
+            return false;
+        }
+        true
+    }
+
+    async fn start() -> anyhow::Result<Option<MiniYarn>> {
+        if !Self::on() {
             return Ok(None);
         }
+        Ok(Some(Self::launch(&[]).await?.0))
+    }
+
+    /// The launcher with `args`; also the RM's HA state when it says one.
+    async fn launch(args: &[&str]) -> anyhow::Result<(MiniYarn, Option<String>)> {
         let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("yarn/launch.sh");
         let tmp = tempfile::tempdir()?;
         let mut child = tokio::process::Command::new("bash")
             .arg(&script)
             .arg("run")
+            .args(args)
             .env("TMPDIR", tmp.path())
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
@@ -78,22 +99,29 @@ impl MiniYarn {
         let first =
             tokio::time::timeout(std::time::Duration::from_secs(300), answer(&mut out, "rm "))
                 .await
-                .map_err(|_| anyhow::anyhow!("the MiniYARNCluster did not start within 300 s"))?;
-        let url = first.map_err(|e| {
+                .map_err(|_| anyhow::anyhow!("the ResourceManager did not start within 300 s"))?;
+        let first = first.map_err(|e| {
             let log = std::fs::read_to_string(tmp.path().join("yarn.log")).unwrap_or_default();
             let tail: String = log.lines().rev().take(30).collect::<Vec<_>>().join("\n");
             anyhow::anyhow!("{e}; the launcher's stderr ends:\n{tail}")
         })?;
-        Ok(Some(MiniYarn {
-            child,
-            stdin,
-            out,
-            url,
-            _tmp: tmp,
-        }))
+        let mut words = first.split_whitespace();
+        let url = words.next().unwrap_or_default().to_string();
+        let ha = words.next().map(str::to_string);
+        Ok((
+            MiniYarn {
+                child,
+                stdin,
+                out,
+                url,
+                _tmp: tmp,
+            },
+            ha,
+        ))
     }
 
-    /// Submits an application that stays ACCEPTED; its id.
+    /// Submits an application (RUNNING once a NodeManager runs its master;
+    /// ACCEPTED for good without one, as with the HA pair); its id.
     async fn submit(&mut self, name: &str) -> anyhow::Result<String> {
         self.stdin
             .write_all(format!("submit {name}\n").as_bytes())
@@ -111,6 +139,18 @@ impl MiniYarn {
         Ok(v["app"]["state"].as_str().unwrap_or_default().to_string())
     }
 
+    /// The RM's HA state (`/ws/v1/cluster/info`, which a standby answers itself).
+    async fn ha_state(&self) -> anyhow::Result<String> {
+        let v: serde_json::Value = reqwest::get(format!("{}/ws/v1/cluster/info", self.url))
+            .await?
+            .json()
+            .await?;
+        Ok(v["clusterInfo"]["haState"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string())
+    }
+
     async fn stop(mut self) {
         let _ = self.stdin.write_all(b"quit\n").await;
         let _ = tokio::time::timeout(std::time::Duration::from_secs(20), self.child.wait()).await;
@@ -120,7 +160,8 @@ impl MiniYarn {
 
 /// A lost worker's SPARK task whose applications run is held (not failed);
 /// the ids (one from `appInfo.log`, one from the 3.2 task log) outlive the
-/// agent, the worker and a daemon restart; with `kill_remote_apps` the
+/// agent, the worker and a daemon restarted between learning them and the
+/// loss; a ghost's view shows its application; with `kill_remote_apps` the
 /// daemon kills both, and the task row is written only after they are
 /// KILLED. An RM that cannot be reached holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -138,13 +179,25 @@ async fn a_running_application_holds_its_lost_task_and_kill_ends_it_first() -> a
     let (_m, [mut w1, _w2, _w3]) =
         master_and_three_workers(&zk_connect(), &root, line, "10.0.0.1:5678", long_ago()).await?;
     let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
-    let mut spec = TaskSpec::new(wf, 1, Some("10.0.0.11:1234"));
+    let mut spec = TaskSpec::new(wf, 1, Some(WORKER));
     spec.task_type = "SPARK".into();
     let task = db.insert_task(&spec).await?;
-    // a task on the same worker whose RM is down (its own daemon below)
+    // a SPARK task on the same worker whose row ends while its process (and
+    // its application) go on: a ghost
+    let ghost_task = db.insert_task(&spec).await?;
     let app1 = yarn.submit("spark-app-info").await?;
     let app2 = yarn.submit("spark-task-log").await?;
-    assert_eq!(yarn.state(&app1).await?, "ACCEPTED");
+    let app3 = yarn.submit("spark-ghost").await?;
+    // a NodeManager runs their application masters, which register
+    wait_until("the applications run", || async {
+        for app in [&app1, &app2, &app3] {
+            if yarn.state(app).await? != "RUNNING" {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    })
+    .await?;
 
     // the worker side: the task's process writes app1 into appInfo.log (as
     // DS's aop collector does); its 3.2 task log names app2
@@ -165,41 +218,102 @@ async fn a_running_application_holds_its_lost_task_and_kill_ends_it_first() -> a
         task,
         &format!("echo {app1} >> appInfo.log\nsleep 86400"),
     )?;
-    let mut agent = AgentProcess::start(
-        &root,
-        "10.0.0.11:1234",
-        exec.path(),
-        &format!("task_log_base = \"{}\"\n", logs.path().display()),
-    )
-    .await?;
+    let mut p_ghost = exec.start_ds_command(
+        line,
+        wf,
+        ghost_task,
+        &format!("echo {app3} >> appInfo.log\nsleep 86400"),
+    )?;
+    let agent_extra = format!("task_log_base = \"{}\"\n", logs.path().display());
+    let mut agent = AgentProcess::start(&root, WORKER, exec.path(), &agent_extra).await?;
 
     let cfg = format!(
         "[policy]\nworker_lost = \"fail\"\n\n[yarn]\nresource_managers = [\"{}\"]\ntimeout = \"2s\"\n",
         yarn.url
     );
-    let mut d = Daemon::start_with_env(
-        db.url(),
-        &root,
-        &cfg,
-        &[("DS_REAPER__RECONCILE__AGENT_STALE_AFTER", "3s")],
-    )
-    .await?;
+    let env = [
+        ("DS_REAPER__RECONCILE__AGENT_STALE_AFTER", "3s"),
+        ("DS_REAPER__RECONCILE__GHOST_AFTER", "3s"),
+    ];
+    let mut d = Daemon::start_with_env(db.url(), &root, &cfg, &env).await?;
     d.wait_ready().await?;
     let ids_file = d.dir.path().join("remote-apps.jsonl");
-    wait_until("both ids are learned and kept on disk", || async {
+    wait_until("the ids are learned and kept on disk", || async {
         let text = std::fs::read_to_string(&ids_file).unwrap_or_default();
-        Ok(text.contains(&app1) && text.contains(&app2))
+        Ok([&app1, &app2, &app3].iter().all(|a| text.contains(*a)))
     })
     .await?;
 
-    // The worker host dies with its agent and its process; the daemon is
-    // restarted before it ever judged the task: only the file has the ids.
+    // The ghost's view carries its application with the RM's state, as a
+    // zombie's does.
+    db.exec(&format!(
+        "UPDATE t_ds_task_instance SET state = 7, end_time = '{}' WHERE id = {ghost_task}",
+        sql_now()
+    ))
+    .await?;
+    wait_until("the ghost shows its remote application", || async {
+        let g = d.json("/api/v1/ghosts").await?;
+        Ok(g["ghosts"].as_array().into_iter().flatten().any(|x| {
+            x["task_id"] == ghost_task
+                && x["remote_apps"]
+                    == serde_json::json!([
+                        {"id": app3, "state": "RUNNING", "final_status": "UNDEFINED"}
+                    ])
+        }))
+    })
+    .await?;
+
+    // The ids outlive a daemon restart between learning them and the
+    // worker's loss. So that nothing tells the restarted daemon again, the
+    // task's files lose them and a fresh agent (whose memory of ids starts
+    // empty) lists the task without them.
+    std::fs::remove_file(exec.execute_path(line, wf, task)?.join("appInfo.log"))?;
+    std::fs::write(&log, "")?;
+    assert_eq!(agent.stop().await?, Some(0));
+    agent = AgentProcess::start(&root, WORKER, exec.path(), &agent_extra).await?;
+    let zk = zookeeper_client::Client::connect(&zk_connect()).await?;
+    let node = format!("{root}/ds-reaper/agents/{WORKER}");
+    wait_until("the fresh agent lists the task with no ids", || async {
+        let Ok((data, _)) = zk.get_data(&node).await else {
+            return Ok(false);
+        };
+        let r: serde_json::Value = serde_json::from_slice(&data).unwrap_or_default();
+        Ok(r["tasks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|t| t["task_id"] == task && t["app_ids"].as_array().is_none_or(|a| a.is_empty())))
+    })
+    .await?;
+    d.crash_and_restart(&env).await?;
+    d.wait_ready().await?;
+    // the restarted daemon compacted the file: one line per task
+    let kept: Vec<serde_json::Value> = std::fs::read_to_string(&ids_file)?
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    assert!(
+        kept.iter().any(|l| l["task_id"] == task
+            && l["app_ids"] == serde_json::json!([app1.clone(), app2.clone()])),
+        "{kept:?}"
+    );
+    d.wait_sweeps(2).await?;
+    assert!(
+        d.json("/api/v1/zombies").await?["zombies"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .all(|z| z["task_id"] != task),
+        "its worker lives"
+    );
+
+    // Then the worker host dies with its agent and its processes: only the
+    // file has the ids.
     w1.crash().await;
     assert_eq!(agent.stop().await?, Some(0));
     p.kill()?;
-    d.crash_and_restart(&[("DS_REAPER__RECONCILE__AGENT_STALE_AFTER", "3s")])
-        .await?;
-    d.wait_ready().await?;
+    p_ghost.kill()?;
     wait_until("the task is held as remote_app_running", || async {
         let zs = d.json("/api/v1/zombies").await?;
         Ok(zs["zombies"].as_array().into_iter().flatten().any(|z| {
@@ -208,16 +322,27 @@ async fn a_running_application_holds_its_lost_task_and_kill_ends_it_first() -> a
                 && z["note"] == "remote_app_running"
                 && z["remote_apps"]
                     .as_array()
-                    .is_some_and(|a| a.len() == 2 && a.iter().all(|x| x["state"] == "ACCEPTED"))
+                    .is_some_and(|a| a.len() == 2 && a.iter().all(|x| x["state"] == "RUNNING"))
         }))
+    })
+    .await?;
+    // and again after a restart that follows the loss
+    d.crash_and_restart(&env).await?;
+    d.wait_ready().await?;
+    wait_until("the task is held again after the restart", || async {
+        let zs = d.json("/api/v1/zombies").await?;
+        Ok(zs["zombies"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|z| z["task_id"] == task && z["note"] == "remote_app_running"))
     })
     .await?;
     d.wait_sweeps(3).await?;
     assert_eq!(db.task_state(task).await?.state, 1, "held, not failed");
     assert!(d.audit_events("intent", Some(task)).is_empty());
     assert_eq!(
-        d.metric("ds_reaper_remote_apps{state=\"accepted\"}")
-            .await?,
+        d.metric("ds_reaper_remote_apps{state=\"running\"}").await?,
         Some(2.0)
     );
     // Not even a forced manual reap writes while the applications run.
@@ -264,8 +389,8 @@ async fn a_running_application_holds_its_lost_task_and_kill_ends_it_first() -> a
     assert_eq!(
         states,
         [
-            (app1.clone(), serde_json::json!("ACCEPTED")),
-            (app2.clone(), serde_json::json!("ACCEPTED"))
+            (app1.clone(), serde_json::json!("RUNNING")),
+            (app2.clone(), serde_json::json!("RUNNING"))
         ],
         "{out}"
     );
@@ -293,7 +418,7 @@ async fn a_running_application_holds_its_lost_task_and_kill_ends_it_first() -> a
     .await?;
     down.wait_sweeps(3).await?;
     assert_eq!(db.task_state(task).await?.state, 1, "the RM down holds");
-    assert_eq!(yarn.state(&app1).await?, "ACCEPTED");
+    assert_eq!(yarn.state(&app1).await?, "RUNNING");
     down.terminate().await?;
 
     // With kill: both applications are killed, then the task is failed.
@@ -333,5 +458,179 @@ async fn a_running_application_holds_its_lost_task_and_kill_ends_it_first() -> a
     );
     k.terminate().await?;
     yarn.stop().await;
+    cleanup(db, &root).await
+}
+
+/// A port below the ephemeral range (32768 and up on Linux), where the
+/// servers the other tests bind to port 0 never land; free when asked.
+fn low_port() -> u16 {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let seed = (std::process::id() as u16).wrapping_mul(7919);
+    loop {
+        let p = 20_000 + (seed.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) % 12_000);
+        if std::net::TcpListener::bind(("127.0.0.1", p)).is_ok() {
+            return p;
+        }
+    }
+}
+
+/// The HA pair's settings (both RMs' addresses, the elector's ZooKeeper
+/// under `root`); returns the two web ports.
+fn write_ha_conf(conf: &std::path::Path, root: &str) -> anyhow::Result<Vec<u16>> {
+    let mut lines = vec![
+        "yarn.resourcemanager.ha.enabled=true".to_string(),
+        "yarn.resourcemanager.ha.rm-ids=rm1,rm2".into(),
+        format!(
+            "yarn.resourcemanager.cluster-id=ds-reaper-{}",
+            root.replace('/', "-")
+        ),
+        format!("hadoop.zk.address={}", zk_connect()),
+        format!("yarn.resourcemanager.zk-address={}", zk_connect()),
+        format!("yarn.resourcemanager.ha.automatic-failover.zk-base-path={root}/yarn-leader"),
+    ];
+    let mut web = Vec::new();
+    for rm in ["rm1", "rm2"] {
+        for key in [
+            "address",
+            "scheduler.address",
+            "resource-tracker.address",
+            "admin.address",
+            "webapp.address",
+            "webapp.https.address",
+        ] {
+            let port = low_port();
+            if key == "webapp.address" {
+                web.push(port);
+            }
+            lines.push(format!("yarn.resourcemanager.{key}.{rm}=127.0.0.1:{port}"));
+        }
+    }
+    std::fs::write(conf, lines.join("\n") + "\n")?;
+    Ok(web)
+}
+
+/// Two real ResourceManagers in RM HA (one JVM each, the elector on a
+/// ZooKeeper root of the test's own): the standby answers a real 307 to the
+/// active, and ds-reaper gets the application's real state through it and
+/// kills through it (a PUT followed by hand, its body kept).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_rms_redirect_is_followed_to_the_active_for_state_and_kill() -> anyhow::Result<()>
+{
+    if !services_up().await || !MiniYarn::on() {
+        return Ok(());
+    }
+    let root = unique_root();
+    let conf_dir = tempfile::tempdir()?;
+    let conf = conf_dir.path().join("ha.conf");
+    let conf_arg = conf.display().to_string();
+    // A bind can still lose a race with the other tests' servers: the pair
+    // is started again on other ports then.
+    let mut tries = 0;
+    let (mut active, standby, web) = loop {
+        tries += 1;
+        let web = write_ha_conf(&conf, &root)?;
+        // rm1 first: it takes the lead; rm2 then stands by
+        let pair = async {
+            let (active, _) = MiniYarn::launch(&["ha", "rm1", &conf_arg]).await?;
+            wait_until("rm1 is active", || async {
+                Ok(active.ha_state().await.ok().as_deref() == Some("ACTIVE"))
+            })
+            .await?;
+            let (standby, _) = MiniYarn::launch(&["ha", "rm2", &conf_arg]).await?;
+            anyhow::Ok((active, standby))
+        }
+        .await;
+        match pair {
+            Ok((a, s)) => break (a, s, web),
+            Err(e) if tries < 3 && e.to_string().contains("BindException") => {
+                eprintln!("the RM pair did not start ({e}); again on other ports");
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    assert_eq!(standby.ha_state().await?, "STANDBY");
+    assert_eq!(active.ha_state().await?, "ACTIVE");
+    let app = active.submit("spark-ha").await?;
+    assert_eq!(active.state(&app).await?, "ACCEPTED");
+
+    // the standby's own answer: a redirect to the active, not the state
+    let raw = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()?
+        .get(format!("{}/ws/v1/cluster/apps/{app}", standby.url))
+        .send()
+        .await?;
+    assert_eq!(raw.status().as_u16(), 307);
+    let location = raw
+        .headers()
+        .get("Location")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    assert!(location.contains(&format!(":{}/", web[0])), "{location}");
+
+    // A lost worker's SPARK task whose application id was learned earlier.
+    let db = sim_db(SimKind::MySql, "3.2.2").await?;
+    let line = db.line;
+    let (_m, [mut w1, _w2, _w3]) =
+        master_and_three_workers(&zk_connect(), &root, line, "10.0.0.1:5678", long_ago()).await?;
+    let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
+    let mut spec = TaskSpec::new(wf, 1, Some(WORKER));
+    spec.task_type = "SPARK".into();
+    let task = db.insert_task(&spec).await?;
+    let ids = format!(
+        "{{\"task_id\":{task},\"app_id\":\"{app}\",\"host\":\"{WORKER}\",\"learned_at\":\"{}\"}}\n",
+        chrono::Utc::now().to_rfc3339()
+    );
+
+    // [standby, active]: held on the real state, asked of the standby first
+    let cfg = format!(
+        "[policy]\nworker_lost = \"fail\"\n\n[yarn]\nresource_managers = [\"{}\", \"{}\"]\ntimeout = \"5s\"\n",
+        standby.url, active.url
+    );
+    let mut d = Daemon::start(db.url(), &root, &cfg).await?;
+    std::fs::write(d.dir.path().join("remote-apps.jsonl"), &ids)?;
+    d.crash_and_restart(&[]).await?;
+    d.wait_ready().await?;
+    w1.crash().await;
+    wait_until("held on the active's state, asked via the standby", || async {
+        let zs = d.json("/api/v1/zombies").await?;
+        Ok(zs["zombies"].as_array().into_iter().flatten().any(|z| {
+            z["task_id"] == task
+                && z["note"] == "remote_app_running"
+                && z["remote_apps"]
+                    == serde_json::json!([{"id": app, "state": "ACCEPTED", "final_status": "UNDEFINED"}])
+        }))
+    })
+    .await?;
+    assert_eq!(db.task_state(task).await?.state, 1);
+    d.terminate().await?;
+
+    // Only the standby named: the state and the kill both go through its
+    // redirect; the task is written only once the application is KILLED.
+    let kill_cfg = format!(
+        "[policy]\nworker_lost = \"fail\"\nkill_remote_apps = true\n\n[yarn]\nresource_managers = [\"{}\"]\ntimeout = \"5s\"\n",
+        standby.url
+    );
+    let mut k = Daemon::start(db.url(), &root, &kill_cfg).await?;
+    std::fs::write(k.dir.path().join("remote-apps.jsonl"), &ids)?;
+    k.crash_and_restart(&[]).await?;
+    k.wait_ready().await?;
+    wait_until("the task is failed", || async {
+        Ok(db.task_state(task).await?.state == 6)
+    })
+    .await?;
+    assert_eq!(active.state(&app).await?, "KILLED");
+    let records = k.audit();
+    assert!(
+        records
+            .iter()
+            .any(|r| r["event"] == "done" && r["kind"] == "remote_app" && r["app_id"] == app),
+        "{records:#?}"
+    );
+    k.terminate().await?;
+    standby.stop().await;
+    active.stop().await;
     cleanup(db, &root).await
 }

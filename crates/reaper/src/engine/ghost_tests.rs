@@ -28,6 +28,8 @@ struct Rig {
     seq: u64,
     /// How the agent spells its worker in its report (default: as the view keys it).
     spelling: String,
+    /// The YARN application ids the agent reports for every task.
+    app_ids: Vec<String>,
     _dir: tempfile::TempDir,
 }
 
@@ -57,6 +59,7 @@ fn rig(tune: impl FnOnce(&mut Settings)) -> Rig {
         leader,
         seq: 0,
         spelling: W1.to_string(),
+        app_ids: Vec::new(),
         _dir: dir,
     }
 }
@@ -101,7 +104,7 @@ impl Rig {
             tasks: tasks
                 .iter()
                 .map(|&id| AgentTask {
-                    app_ids: vec![],
+                    app_ids: self.app_ids.clone(),
                     task_id: id,
                     workflow_instance_id: 100 + id,
                     pids: vec![1000 + id as i32],
@@ -412,4 +415,106 @@ async fn a_row_running_on_another_worker_is_a_ghost_here_with_its_whole_row() {
         "a candidate is not read again"
     );
     r.no_db_write();
+}
+
+/// A ResourceManager's REST API answering `GET /ws/v1/cluster/apps/<id>`
+/// for the applications given (404 for any other), on a thread of its own.
+fn stub_rm(apps: &[(&str, &str)]) -> String {
+    use axum::extract::Path as UrlPath;
+    use axum::response::IntoResponse;
+    let apps: std::collections::HashMap<String, String> = apps
+        .iter()
+        .map(|(i, s)| (i.to_string(), s.to_string()))
+        .collect();
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.set_nonblocking(true).unwrap();
+    let addr = format!("http://{}", l.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let app = axum::Router::new().route(
+                "/ws/v1/cluster/apps/{id}",
+                axum::routing::get(move |UrlPath(id): UrlPath<String>| {
+                    let state = apps.get(&id).cloned();
+                    async move {
+                        match state {
+                            Some(s) => axum::Json(serde_json::json!(
+                                {"app": {"id": id, "state": s, "finalStatus": "UNDEFINED"}}
+                            ))
+                            .into_response(),
+                            None => axum::http::StatusCode::NOT_FOUND.into_response(),
+                        }
+                    }
+                }),
+            );
+            let l = tokio::net::TcpListener::from_std(l).unwrap();
+            axum::serve(l, app).await.unwrap();
+        });
+    });
+    addr
+}
+
+/// Sweeps (reporting `tasks` before each) until a ghost shows, in real
+/// time: the RM is asked over HTTP, which paused time would time out.
+async fn until_ghost(r: &mut Rig, tasks: &[i64]) -> Arc<Vec<reaper_core::ghost::Ghost>> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        r.report(tasks, Vec::new());
+        r.engine.sweep(Trigger::Tick).await;
+        let g = r.ghosts();
+        if !g.is_empty() {
+            return g;
+        }
+        assert!(std::time::Instant::now() < deadline, "no ghost");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ghosts_view_carries_its_remote_apps_as_the_zombies_does() {
+    let rm = stub_rm(&[("application_7_1", "RUNNING")]);
+    let mut r = rig(|s| {
+        s.reconcile.ghost_after = Duration::ZERO;
+        s.yarn.resource_managers = vec![rm];
+        // learned by an earlier run, and no longer known to the RM (404)
+        let kept = crate::yarn::KnownApps::beside(&s.audit.path);
+        std::fs::write(
+            kept,
+            "{\"task_id\":1,\"app_id\":\"application_7_2\",\"host\":\"w1:1234\",\"learned_at\":\"2023-11-14T22:00:00Z\"}\n",
+        )
+        .unwrap();
+    });
+    r.app_ids = vec!["application_7_1".into()];
+    r.store.insert(task(1));
+    r.store.finish(1, 7, t0());
+    let g = until_ghost(&mut r, &[1]).await;
+    assert_eq!(g.len(), 1);
+    let view = serde_json::to_value(crate::views::GhostView::new(&g[0])).unwrap();
+    assert_eq!(
+        view["remote_apps"],
+        serde_json::json!([
+            {"id": "application_7_1", "state": "RUNNING", "final_status": "UNDEFINED"},
+            {"id": "application_7_2", "state": null, "final_status": null},
+        ]),
+        "the reported id with the RM's state, the kept one unknown (404)"
+    );
+    let gauge = |s: &str| r.engine.metrics.remote_apps.with_label_values(&[s]).get();
+    assert_eq!((gauge("running"), gauge("unknown")), (1, 1));
+    // shown, never acted on: the policy is report and DS is not written
+    assert_eq!(g[0].disposition, reaper_core::Disposition::Report);
+    r.no_db_write();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_yarn_a_ghosts_view_has_no_remote_apps_as_the_zombies_has_none() {
+    let mut r = rig(|s| s.reconcile.ghost_after = Duration::ZERO);
+    r.app_ids = vec!["application_7_1".into()];
+    r.store.insert(task(1));
+    r.store.finish(1, 7, t0());
+    let g = until_ghost(&mut r, &[1]).await;
+    let view = serde_json::to_value(crate::views::GhostView::new(&g[0])).unwrap();
+    assert_eq!(view["remote_apps"], serde_json::json!([]));
 }

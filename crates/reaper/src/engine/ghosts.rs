@@ -164,7 +164,7 @@ impl Engine {
             ..SafetyState::default()
         };
         let outstanding = outstanding(&listed);
-        Ok(ghost::plan_ghosts(
+        let mut ghosts = ghost::plan_ghosts(
             &view,
             &listed.read,
             &listed.rows,
@@ -175,7 +175,10 @@ impl Engine {
             0,
             &safety,
         )
-        .ghosts)
+        .ghosts;
+        self.ghost_remote_apps(&mut ghosts, &view, &mut Default::default())
+            .await;
+        Ok(ghosts)
     }
 
     fn ghost_record(&self, event: AuditEvent, g: &Ghost, line: DsLine, now: Instant) -> Record {
@@ -215,6 +218,7 @@ impl Engine {
         gate: Gate,
         mut safety: SafetyState,
         taken: usize,
+        remote: &mut super::remote::Answers,
     ) -> SafetyState {
         let Some(listed) = listed else {
             return safety;
@@ -239,7 +243,9 @@ impl Engine {
         let mut next = plan.next;
         next.hold = hold_before;
         st.ghosts.memory = plan.memory;
-        let ghosts = Arc::new(plan.ghosts);
+        let mut ghosts = plan.ghosts;
+        self.ghost_remote_apps(&mut ghosts, view, remote).await;
+        let ghosts = Arc::new(ghosts);
         self.record_ghosts(st, &ghosts, line, now).await;
         self.metrics.ghosts.set(ghosts.len() as i64);
         self.status_write().ghosts = ghosts.clone();

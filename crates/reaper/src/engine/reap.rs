@@ -163,13 +163,14 @@ impl Engine {
         // application may still run.
         let mut zombie = p.zombie.clone();
         zombie.disposition = reaper_core::Disposition::Act;
-        self.judge_remote_apps(
-            std::slice::from_mut(&mut zombie),
-            &self.view(),
-            p.line,
-            gate,
-        )
-        .await;
+        let _ = self
+            .judge_remote_apps(
+                std::slice::from_mut(&mut zombie),
+                &self.view(),
+                p.line,
+                gate,
+            )
+            .await;
         if let reaper_core::Disposition::Blocked(b) = &zombie.disposition {
             let ids: Vec<&str> = zombie
                 .evidence

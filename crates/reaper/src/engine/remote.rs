@@ -7,6 +7,7 @@
 use super::{Engine, Gate};
 use crate::audit::{AuditEvent, RecordKind};
 use crate::yarn::Learned;
+use reaper_core::ghost::Ghost;
 use reaper_core::remote::{apply, decide, is_app_id, AppPhase, RemoteApp, RemoteDecision};
 use reaper_core::{Disposition, DsLine, RegistryView, Zombie};
 use std::collections::{BTreeMap, BTreeSet};
@@ -29,28 +30,53 @@ pub const REMOTE_APP_STATES: [&str; 9] = [
 /// (their tasks hold) until a later sweep.
 const MAX_ASKED: usize = 500;
 
+/// The RM's answers of one sweep, by application id: a task that is both a
+/// zombie and a ghost is asked about once, and the gauge counts each
+/// application once.
+#[derive(Default)]
+pub(super) struct Answers {
+    apps: BTreeMap<String, RemoteApp>,
+    /// Requests made (at most [`MAX_ASKED`]).
+    asked: usize,
+}
+
+/// The ids the agents report now, by task (every report the view keeps, as
+/// the zombies' judgement reads them).
+fn reported_ids(view: &RegistryView) -> BTreeMap<i64, BTreeSet<String>> {
+    let mut reported: BTreeMap<i64, BTreeSet<String>> = BTreeMap::new();
+    for seen in view.agents.values() {
+        let Some(r) = &seen.report else { continue };
+        for t in &r.tasks {
+            for id in t.app_ids.iter().filter(|id| is_app_id(id)) {
+                reported.entry(t.task_id).or_default().insert(id.clone());
+            }
+        }
+    }
+    reported
+}
+
 impl Engine {
     /// Learns the agents' ids, then judges every zombie with known ids:
     /// its applications go into its evidence, and one about to be acted on
     /// is held (or its live applications killed first) per SPEC §17.
+    /// Returns the RM's answers, for the ghosts of the same sweep.
     pub(super) async fn judge_remote_apps(
         &self,
         zombies: &mut [Zombie],
         view: &RegistryView,
         line: DsLine,
         gate: Gate,
-    ) {
+    ) -> Answers {
+        let mut answers = Answers::default();
         let (Some(rm), Some(known)) = (&self.rm, &self.known_apps) else {
-            return;
+            return answers;
         };
         let now = self.now();
-        let mut reported: BTreeMap<i64, BTreeSet<String>> = BTreeMap::new();
         let mut found = Vec::new();
         for (worker, seen) in &view.agents {
             let Some(r) = &seen.report else { continue };
             for t in &r.tasks {
                 for id in t.app_ids.iter().filter(|id| is_app_id(id)) {
-                    reported.entry(t.task_id).or_default().insert(id.clone());
                     found.push(Learned {
                         task_id: t.task_id,
                         app_id: id.clone(),
@@ -60,6 +86,7 @@ impl Engine {
                 }
             }
         }
+        let mut reported = reported_ids(view);
         let new = known.unknown(found);
         if !new.is_empty() {
             let k = known.clone();
@@ -74,32 +101,13 @@ impl Engine {
         }
 
         let kill_policy = self.settings.policy.kill_remote_apps;
-        let mut asked = 0usize;
-        let mut states: BTreeMap<&'static str, i64> =
-            REMOTE_APP_STATES.iter().map(|s| (*s, 0)).collect();
         for z in zombies.iter_mut() {
             let mut ids = known.ids(z.task.id);
             ids.extend(reported.remove(&z.task.id).unwrap_or_default());
             if ids.is_empty() {
                 continue;
             }
-            let mut apps = Vec::with_capacity(ids.len());
-            for id in ids {
-                if asked >= MAX_ASKED {
-                    apps.push(RemoteApp {
-                        id,
-                        state: None,
-                        final_status: None,
-                    });
-                    continue;
-                }
-                asked += 1;
-                let (app, why) = rm.app(&id).await;
-                if let Some(why) = why {
-                    tracing::warn!(task_id = z.task.id, app_id = %id, %why, "remote application state unknown");
-                }
-                apps.push(app);
-            }
+            let mut apps = ask(rm, z.task.id, ids, &mut answers).await;
             let may_kill = kill_policy && z.disposition == Disposition::Act;
             let mut decision = decide(&apps, may_kill);
             if let RemoteDecision::Kill(live) = &decision {
@@ -110,6 +118,7 @@ impl Engine {
                         }
                         for a in apps.iter_mut().filter(|a| live.contains(&a.id)) {
                             *a = rm.app(&a.id).await.0;
+                            answers.apps.insert(a.id.clone(), a.clone());
                         }
                         decision = decide(&apps, false);
                     }
@@ -118,13 +127,94 @@ impl Engine {
                     }
                 }
             }
-            for a in &apps {
-                *states.entry(label(a)).or_default() += 1;
-            }
             if decision != RemoteDecision::Act && z.disposition == Disposition::Act {
                 tracing::info!(task_id = z.task.id, apps = ?apps, ?decision, "held: a remote application may still run");
             }
             apply(z, apps, &decision);
+        }
+        answers
+    }
+
+    /// Makes this engine (the daemon's) the one that compacts
+    /// `remote-apps.jsonl`, and compacts it now.
+    pub async fn own_remote_apps(&self) {
+        let Some(known) = self.known_apps.clone() else {
+            return;
+        };
+        let path = known.path().display().to_string();
+        match tokio::task::spawn_blocking(move || known.own()).await {
+            Ok(Ok(())) => tracing::debug!(%path, "remote applications file compacted"),
+            // the file stays as it was: appends go on, nothing is lost
+            Ok(Err(e)) => {
+                tracing::warn!(%path, error = %e, "cannot compact the remote applications file")
+            }
+            Err(e) => tracing::warn!(error = %e, "compacting the remote applications file failed"),
+        }
+    }
+
+    /// After a full scan: forgets the ids of tasks long over (see
+    /// `KnownApps::forget_over`); `candidates` are the scan's live rows.
+    pub(super) async fn forget_remote_apps(
+        &self,
+        candidates: &[reaper_core::Candidate],
+        view: &RegistryView,
+        now: reaper_core::Instant,
+    ) {
+        let Some(known) = self.known_apps.clone() else {
+            return;
+        };
+        let mut live: BTreeSet<i64> = candidates.iter().map(|c| c.id).collect();
+        live.extend(
+            view.agents
+                .values()
+                .filter_map(|a| a.report.as_ref())
+                .flat_map(|r| r.tasks.iter().map(|t| t.task_id)),
+        );
+        match tokio::task::spawn_blocking(move || known.forget_over(&live, now)).await {
+            Ok(Ok(0)) => {}
+            Ok(Ok(n)) => tracing::info!(
+                forgotten = n,
+                "remote application ids of tasks long over forgotten"
+            ),
+            Ok(Err(e)) => tracing::warn!(error = %e, "cannot compact the remote applications file"),
+            Err(e) => tracing::warn!(error = %e, "compacting the remote applications file failed"),
+        }
+    }
+
+    /// Shows each ghost's applications as the zombie view shows a zombie's
+    /// (SPEC §17): the ids kept for its task and those the agents report
+    /// now, with the RM's answers. A ghost's action is the agent's kill of
+    /// local processes, so nothing here holds or kills it.
+    pub(super) async fn ghost_remote_apps(
+        &self,
+        ghosts: &mut [Ghost],
+        view: &RegistryView,
+        answers: &mut Answers,
+    ) {
+        let (Some(rm), Some(known)) = (&self.rm, &self.known_apps) else {
+            return;
+        };
+        let mut reported = reported_ids(view);
+        for g in ghosts.iter_mut() {
+            let mut ids = known.ids(g.task_id);
+            ids.extend(reported.remove(&g.task_id).unwrap_or_default());
+            if ids.is_empty() {
+                continue;
+            }
+            g.remote_apps = ask(rm, g.task_id, ids, answers).await;
+        }
+    }
+
+    /// `ds_reaper_remote_apps{state}` from one sweep's answers (zombies and
+    /// ghosts); unchanged when `[yarn]` is off.
+    pub(super) fn remote_gauge(&self, answers: &Answers) {
+        if self.rm.is_none() {
+            return;
+        }
+        let mut states: BTreeMap<&'static str, i64> =
+            REMOTE_APP_STATES.iter().map(|s| (*s, 0)).collect();
+        for a in answers.apps.values() {
+            *states.entry(label(a)).or_default() += 1;
         }
         for (s, n) in states {
             self.metrics.remote_apps.with_label_values(&[s]).set(n);
@@ -177,6 +267,40 @@ impl Engine {
             tracing::error!(error = %e, "cannot write the audit trail");
         }
     }
+}
+
+/// Each of `ids` as the RM answers, reusing this sweep's answers; past
+/// [`MAX_ASKED`] requests an application counts as unknown.
+async fn ask(
+    rm: &crate::yarn::Rm,
+    task_id: i64,
+    ids: BTreeSet<String>,
+    answers: &mut Answers,
+) -> Vec<RemoteApp> {
+    let mut apps = Vec::with_capacity(ids.len());
+    for id in ids {
+        if let Some(a) = answers.apps.get(&id) {
+            apps.push(a.clone());
+            continue;
+        }
+        let app = if answers.asked >= MAX_ASKED {
+            RemoteApp {
+                id,
+                state: None,
+                final_status: None,
+            }
+        } else {
+            answers.asked += 1;
+            let (app, why) = rm.app(&id).await;
+            if let Some(why) = why {
+                tracing::warn!(task_id, app_id = %app.id, %why, "remote application state unknown");
+            }
+            app
+        };
+        answers.apps.insert(app.id.clone(), app.clone());
+        apps.push(app);
+    }
+    apps
 }
 
 fn label(a: &RemoteApp) -> &'static str {

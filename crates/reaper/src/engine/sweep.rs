@@ -150,8 +150,12 @@ impl Engine {
             valid_since,
             leader_only: true,
         };
-        self.judge_remote_apps(&mut plan.zombies, &view, line, remote_gate)
+        let mut remote = self
+            .judge_remote_apps(&mut plan.zombies, &view, line, remote_gate)
             .await;
+        if full {
+            self.forget_remote_apps(&candidates, &view, now).await;
+        }
         let zombies = Arc::new(std::mem::take(&mut plan.zombies));
         let mut per_reason: BTreeMap<Reason, i64> = Reason::ALL.iter().map(|r| (*r, 0)).collect();
         for z in zombies.iter() {
@@ -233,8 +237,10 @@ impl Engine {
                 gate,
                 ghost_safety,
                 plan.action_count() + wf.actions,
+                &mut remote,
             )
             .await;
+        self.remote_gauge(&remote);
         st.safety = SafetyState {
             hold: None,
             ..after_ghosts
@@ -358,7 +364,8 @@ impl Engine {
                 valid_since,
                 leader_only: false,
             };
-            self.judge_remote_apps(&mut plan.zombies, &view, line, gate)
+            let _ = self
+                .judge_remote_apps(&mut plan.zombies, &view, line, gate)
                 .await;
         }
         let workflows = if self.settings.reconcile.workflows {

@@ -73,6 +73,208 @@ fn an_unreadable_file_is_no_panic() {
     );
 }
 
+fn learned_at(task_id: i64, app_id: &str, at: Instant) -> Learned {
+    Learned {
+        learned_at: at,
+        ..learned(task_id, app_id)
+    }
+}
+
+fn lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn all_ids(k: &KnownApps, tasks: &[i64]) -> Vec<(i64, Vec<String>)> {
+    tasks
+        .iter()
+        .map(|t| (*t, k.ids(*t).into_iter().collect()))
+        .collect()
+}
+
+#[test]
+fn the_owner_compacts_to_one_line_per_task_keeping_every_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("remote-apps.jsonl");
+    let k = KnownApps::load(path.clone());
+    k.learn(&[learned(7, "application_1_1"), learned(8, "application_1_8")])
+        .unwrap();
+    k.learn(&[learned(7, "application_1_2")]).unwrap();
+    // another process appended the same id again, then a line was torn
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    f.write_all(
+        br#"{"task_id":7,"app_id":"application_1_1","host":"h","learned_at":"2026-01-01T00:00:00Z"}"#,
+    )
+    .unwrap();
+    f.write_all(b"\n{\"task_id\":9,\"app_id\":\"application_1_9\",\"ho")
+        .unwrap();
+    drop(f);
+
+    let k = KnownApps::load(path.clone());
+    k.own().unwrap();
+    let want = vec![
+        (
+            7,
+            vec!["application_1_1".to_string(), "application_1_2".into()],
+        ),
+        (8, vec!["application_1_8".to_string()]),
+        (9, vec![]),
+    ];
+    assert_eq!(all_ids(&k, &[7, 8, 9]), want);
+    let file = lines(&path);
+    assert_eq!(file.len(), 2, "one line per task: {file:?}");
+    assert_eq!(file[0]["task_id"], 7);
+    assert_eq!(
+        file[0]["app_ids"],
+        serde_json::json!(["application_1_1", "application_1_2"])
+    );
+    assert!(!dir.path().join("remote-apps.jsonl.tmp").exists());
+    // read back as compacted, and appended to as before
+    let k = KnownApps::load(path.clone());
+    assert_eq!(all_ids(&k, &[7, 8, 9]), want);
+    k.learn(&[learned(8, "application_1_80")]).unwrap();
+    let k = KnownApps::load(path);
+    assert_eq!(k.ids(8).len(), 2);
+    assert_eq!(k.ids(7).len(), 2);
+}
+
+#[test]
+fn a_crash_or_a_failure_mid_compaction_loses_no_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("remote-apps.jsonl");
+    let tmp = dir.path().join("remote-apps.jsonl.tmp");
+    let k = KnownApps::load(path.clone());
+    k.learn(&[learned(1, "application_1_1"), learned(2, "application_1_2")])
+        .unwrap();
+    let before = std::fs::read(&path).unwrap();
+    // A crash while the temp file was being written: part of it, its last
+    // line torn, beside the intact file.
+    std::fs::write(
+        &tmp,
+        "{\"task_id\":1,\"app_ids\":[\"application_1_1\"],\"host\":\"h\",\"learned_at\":\"2026-01-01T00:00:00Z\"}\n{\"task_id\":2,\"app_i",
+    )
+    .unwrap();
+    let k = KnownApps::load(path.clone());
+    assert_eq!(
+        all_ids(&k, &[1, 2]),
+        [
+            (1, vec!["application_1_1".to_string()]),
+            (2, vec!["application_1_2".to_string()])
+        ]
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), before, "load never writes");
+    // the owner's compaction replaces both
+    k.own().unwrap();
+    assert!(!tmp.exists());
+    assert_eq!(lines(&path).len(), 2);
+
+    // A compaction that cannot write (its temp path is taken by a
+    // directory) leaves the file as it was, and appends go on.
+    let before = std::fs::read(&path).unwrap();
+    std::fs::create_dir(&tmp).unwrap();
+    let k = KnownApps::load(path.clone());
+    assert!(k.own().is_err());
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    k.learn(&[learned(3, "application_1_3")]).unwrap();
+    std::fs::remove_dir(&tmp).unwrap();
+    let k = KnownApps::load(path);
+    assert_eq!(
+        all_ids(&k, &[1, 2, 3])
+            .iter()
+            .map(|x| x.1.len())
+            .sum::<usize>(),
+        3
+    );
+}
+
+#[test]
+fn the_owner_compacts_once_the_file_has_grown_past_its_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("remote-apps.jsonl");
+    let k = KnownApps::load(path.clone());
+    k.own().unwrap();
+    let id = |i: usize| format!("application_1_{i}");
+    let many: Vec<Learned> = (0..1000).map(|i| learned(1, &id(i))).collect();
+    k.learn(&many).unwrap();
+    assert_eq!(
+        lines(&path).len(),
+        1000,
+        "within 2 x tasks + 1000: appended"
+    );
+    let more: Vec<Learned> = (1000..1003).map(|i| learned(1, &id(i))).collect();
+    k.learn(&more).unwrap();
+    let file = lines(&path);
+    assert_eq!(file.len(), 1, "past the bound: compacted");
+    assert_eq!(file[0]["app_ids"].as_array().unwrap().len(), 1003);
+    assert_eq!(KnownApps::load(path.clone()).ids(1).len(), 1003);
+    // a process that does not own the file never compacts it
+    let reader = KnownApps::load(path.clone());
+    let others: Vec<Learned> = (0..1003).map(|i| learned(2, &id(i))).collect();
+    reader.learn(&others).unwrap();
+    assert_eq!(lines(&path).len(), 1004);
+    assert_eq!(
+        reader
+            .forget_over(&BTreeSet::new(), chrono::Utc::now())
+            .unwrap(),
+        0
+    );
+    assert_eq!(lines(&path).len(), 1004);
+}
+
+#[test]
+fn only_tasks_long_over_are_forgotten_and_what_another_process_appended_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("remote-apps.jsonl");
+    let now = chrono::Utc::now();
+    let days = |d: i64| chrono::TimeDelta::days(d);
+    let k = KnownApps::load(path.clone());
+    k.own().unwrap();
+    k.learn(&[
+        // learned 8 days ago, its row over: forgotten after a day missing
+        learned_at(1, "application_1_1", now - days(8)),
+        // learned 8 days ago, its row live: kept
+        learned_at(2, "application_1_2", now - days(8)),
+        // learned yesterday, its row over: kept (not old enough)
+        learned_at(3, "application_1_3", now - days(1)),
+        // learned 8 days ago, missing for a while, then back: kept
+        learned_at(4, "application_1_4", now - days(8)),
+    ])
+    .unwrap();
+    let live = |ids: &[i64]| ids.iter().copied().collect::<BTreeSet<i64>>();
+    assert_eq!(
+        k.forget_over(&live(&[2]), now).unwrap(),
+        0,
+        "missing since now"
+    );
+    let hours = |h: i64| now + chrono::TimeDelta::hours(h);
+    assert_eq!(k.forget_over(&live(&[2]), hours(12)).unwrap(), 0);
+    assert_eq!(k.forget_over(&live(&[2, 4]), hours(20)).unwrap(), 0);
+    // another process (a `reap`) appended an old id of a task this one
+    // never saw missing: kept, and merged into the compacted file
+    let cli = KnownApps::load(path.clone());
+    cli.learn(&[learned_at(5, "application_1_5", now - days(30))])
+        .unwrap();
+    assert_eq!(k.forget_over(&live(&[2]), hours(25)).unwrap(), 1);
+    let k2 = KnownApps::load(path.clone());
+    assert!(k2.ids(1).is_empty(), "forgotten on disk");
+    for t in [2, 3, 4, 5] {
+        assert_eq!(k2.ids(t).len(), 1, "task {t}");
+    }
+    assert!(k.ids(1).is_empty());
+    assert_eq!(
+        k.ids(5).len(),
+        1,
+        "the other process's line is merged, not lost"
+    );
+    assert_eq!(lines(&path).len(), 4);
+}
+
 /// What the stub saw and how it answers.
 #[derive(Default)]
 struct Stub {
