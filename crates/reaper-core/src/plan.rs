@@ -4,6 +4,7 @@
 //! next brake and rate-limit state, which the caller stores only if it acts.
 
 use crate::brake::{self, BrakeState};
+use crate::budget::Budget;
 use crate::candidate::Candidate;
 use crate::host;
 use crate::line::DsLine;
@@ -14,15 +15,13 @@ use crate::view::{NodeKind, RegistryView};
 use crate::{delta, Instant};
 use serde::{Deserialize, Serialize};
 
-/// What the plan remembers between sweeps, plus holds set by the daemon.
+/// What the plan remembers between sweeps. A hold is no memory: it is an
+/// input of each sweep's [`Budget`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SafetyState {
     pub brake: BrakeState,
     /// None until the first plan: the bucket then starts full.
     pub bucket: Option<TokenBucket>,
-    /// When set, nothing is written and this says why (not the leader, the
-    /// detected DS line disagrees with itself, ...).
-    pub hold: Option<String>,
     /// SPEC §12: per task, since when a fresh agent's reports lack its
     /// process (the daemon's clock).
     #[serde(default)]
@@ -38,7 +37,7 @@ pub const PROCESS_ALIVE: &str = "process_alive";
 pub enum Blocked {
     /// Inside `startup_settle` after the view became valid.
     Settling,
-    /// A hold set by the daemon (see [`SafetyState::hold`]).
+    /// A hold set by the daemon (see [`Budget::hold`]).
     Hold(String),
     Brake(String),
     /// `max_actions_per_sweep` reached.
@@ -123,6 +122,8 @@ pub struct Plan {
     pub brake_condition: Option<String>,
     /// The state to keep for the next sweep.
     pub next: SafetyState,
+    /// When a later sweep could newly act on this view (see [`wake`]).
+    pub wake: Option<Instant>,
 }
 
 impl Plan {
@@ -138,7 +139,8 @@ impl Plan {
     }
 }
 
-/// Reconciles the registry view with the candidates.
+/// Reconciles the registry view with the candidates, unheld, with the
+/// budget the remembered state leaves (see [`plan_within`]).
 pub fn plan(
     view: &RegistryView,
     candidates: &[Candidate],
@@ -146,11 +148,21 @@ pub fn plan(
     policy: &Policy,
     state: &SafetyState,
 ) -> Plan {
-    let bucket = state
-        .bucket
-        .map(|b| b.refilled(policy.rate_per_minute, now))
-        .unwrap_or_else(|| TokenBucket::full(policy.rate_per_minute, now));
+    let mut budget = Budget::for_sweep(state, policy, now);
+    plan_within(view, candidates, now, policy, state, &mut budget)
+}
 
+/// Reconciles the registry view with the candidates; the writes it wants are
+/// admitted through `budget` (which then has the brake this plan updated, for
+/// the planners after it). `next.bucket` is the budget's bucket afterwards.
+pub fn plan_within(
+    view: &RegistryView,
+    candidates: &[Candidate],
+    now: Instant,
+    policy: &Policy,
+    state: &SafetyState,
+    budget: &mut Budget,
+) -> Plan {
     let Some(valid_since) = view.valid_since() else {
         let reason = match &view.state {
             crate::ViewState::Invalid { reason, .. } => reason.clone(),
@@ -166,10 +178,10 @@ pub fn plan(
             brake_condition: None,
             next: SafetyState {
                 brake: state.brake.clone(),
-                bucket: Some(bucket),
-                hold: state.hold.clone(),
+                bucket: budget.bucket,
                 missing_since: state.missing_since.clone(),
             },
+            wake: None,
         };
     };
 
@@ -188,35 +200,11 @@ pub fn plan(
         .count();
     let condition = brake::condition(view, now, &policy.brake, acting, candidates.len());
     let brake = state.brake.update(condition.clone(), now, &policy.brake);
-
-    let global: Option<Blocked> = if let Some(h) = &state.hold {
-        Some(Blocked::Hold(h.clone()))
-    } else if brake.engaged() {
-        Some(Blocked::Brake(
-            brake.why.clone().unwrap_or_else(|| "engaged".into()),
-        ))
-    } else if now - valid_since < delta(policy.startup_settle) {
-        Some(Blocked::Settling)
-    } else {
-        None
-    };
-
-    let mut bucket = bucket;
-    let mut taken = 0usize;
+    budget.set_brake(&brake);
     for z in zombies.iter_mut() {
-        if z.disposition != Disposition::Act {
-            continue;
+        if z.disposition == Disposition::Act {
+            z.disposition = budget.admit(valid_since, now);
         }
-        z.disposition = if let Some(g) = &global {
-            Disposition::Blocked(g.clone())
-        } else if taken >= policy.max_actions_per_sweep {
-            Disposition::Blocked(Blocked::SweepCap)
-        } else if !bucket.try_take() {
-            Disposition::Blocked(Blocked::RateLimit)
-        } else {
-            taken += 1;
-            Disposition::Act
-        };
     }
 
     Plan {
@@ -227,11 +215,31 @@ pub fn plan(
         brake_condition: condition,
         next: SafetyState {
             brake,
-            bucket: Some(bucket),
-            hold: state.hold.clone(),
+            bucket: budget.bucket,
             missing_since: missing,
         },
+        wake: wake(view, policy.grace_period, policy.startup_settle, now),
     }
+}
+
+/// The next instant after `now` at which a sweep of this view could newly
+/// act: a lost host leaving its grace period (a host never seen counts from
+/// the view becoming valid), or the view leaving `startup_settle`. None with
+/// no valid view: its becoming valid is a change of its own.
+pub fn wake(
+    view: &RegistryView,
+    grace: std::time::Duration,
+    settle: std::time::Duration,
+    now: Instant,
+) -> Option<Instant> {
+    let grace = delta(grace);
+    let since = view.valid_since()?;
+    [since + delta(settle), since + grace]
+        .into_iter()
+        .chain(view.lost_workers.values().map(|t| *t + grace))
+        .chain(view.lost_masters.values().map(|t| *t + grace))
+        .filter(|t| *t > now)
+        .min()
 }
 
 /// How long a host has been absent, by the daemon's clock, and how long of

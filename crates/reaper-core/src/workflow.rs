@@ -2,9 +2,10 @@
 //! and `workflow_stalled`, judged like task zombies — against a valid view,
 //! on the daemon's clock, under the same brake, caps and token bucket.
 
+use crate::budget::Budget;
 use crate::host;
 use crate::line::DsLine;
-use crate::plan::{Blocked, Disposition, SafetyState};
+use crate::plan::Disposition;
 use crate::view::{NodeKind, RegistryView};
 use crate::{delta, Instant};
 use serde::{Deserialize, Serialize};
@@ -229,57 +230,31 @@ pub fn workflow_state_code(line: DsLine, name: &str) -> Option<i32> {
 /// `reconcile.workflow_states` when unset.
 pub const DEFAULT_WORKFLOW_STATES: [i32; 3] = [1, 2, 4];
 
-/// Judges workflow candidates after the task plan of the same sweep, with
-/// its safety state (brake, bucket, hold) and `taken` actions already used
-/// of `max_actions`: one budget for task and workflow writes.
-#[allow(clippy::too_many_arguments)]
+/// Judges workflow candidates after the task plan of the same sweep, the
+/// writes it wants admitted through that sweep's budget: one hold, brake,
+/// settle, cap and bucket for task and workflow writes.
 pub fn plan_workflows(
     view: &RegistryView,
     workflows: &[WorkflowCandidate],
     now: Instant,
     line: DsLine,
     policy: &WorkflowPolicy,
-    startup_settle: Duration,
-    max_actions: usize,
-    taken: usize,
-    state: &SafetyState,
-) -> (Vec<WorkflowFinding>, SafetyState) {
-    let mut next = state.clone();
+    budget: &mut Budget,
+) -> Vec<WorkflowFinding> {
     let Some(valid_since) = view.valid_since() else {
-        return (Vec::new(), next);
+        return Vec::new();
     };
-    let global = if let Some(h) = &state.hold {
-        Some(Blocked::Hold(h.clone()))
-    } else if state.brake.engaged() {
-        Some(Blocked::Brake(
-            state.brake.why.clone().unwrap_or_else(|| "engaged".into()),
-        ))
-    } else if now - valid_since < delta(startup_settle) {
-        Some(Blocked::Settling)
-    } else {
-        None
-    };
-    let mut taken = taken;
     let mut findings = Vec::new();
     for wf in workflows {
-        let Some(mut f) = judge(view, valid_since, wf, now, line, policy, startup_settle) else {
+        let Some(mut f) = judge(view, valid_since, wf, now, line, policy, budget.settle) else {
             continue;
         };
         if f.disposition == Disposition::Act {
-            f.disposition = if let Some(g) = &global {
-                Disposition::Blocked(g.clone())
-            } else if taken >= max_actions {
-                Disposition::Blocked(Blocked::SweepCap)
-            } else if !next.bucket.as_mut().is_some_and(|b| b.try_take()) {
-                Disposition::Blocked(Blocked::RateLimit)
-            } else {
-                taken += 1;
-                Disposition::Act
-            };
+            f.disposition = budget.admit(valid_since, now);
         }
         findings.push(f);
     }
-    (findings, next)
+    findings
 }
 
 fn judge(

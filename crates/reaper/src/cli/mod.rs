@@ -122,7 +122,7 @@ fn dispatch(cli: Cli) -> u8 {
                 Ok(s) => s,
                 Err(code) => return code,
             };
-            let settings = match app::agent_settings(&s) {
+            let settings = match crate::config::adapters::agent_settings(&s) {
                 Ok(a) => a,
                 Err(e) => {
                     eprintln!("ds-reaper: {e:#}");

@@ -6,12 +6,13 @@
 //! when the agent's report answers, then the node removed. Nothing of DS's
 //! database is ever written for a ghost.
 
-use super::{Engine, Gate, SweepState};
+use super::sweep::Judged;
+use super::{Engine, SweepState};
 use crate::audit::{AuditEvent, Record, RecordKind};
 use reaper_core::ghost::{self, Ghost, GhostMemory, GhostRow};
 use reaper_core::order::{KillOrder, OrderOutcome};
 use reaper_core::ports::PortError;
-use reaper_core::{Disposition, DsLine, Instant, RegistryView, SafetyState};
+use reaper_core::{Budget, Disposition, DsLine, Instant, RegistryView};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
@@ -159,10 +160,8 @@ impl Engine {
         let mut policy = self.settings.ghost_policy(line);
         policy.startup_settle = std::time::Duration::ZERO;
         let memory = ghost::check_memory(&view, &listed.rows, now, &policy);
-        let safety = SafetyState {
-            hold: Some("check never writes".into()),
-            ..SafetyState::default()
-        };
+        let mut budget = Budget::new(policy.max_actions_per_sweep, policy.startup_settle, None)
+            .held(Some("check never writes".into()));
         let outstanding = outstanding(&listed);
         Ok(ghost::plan_ghosts(
             &view,
@@ -172,8 +171,7 @@ impl Engine {
             &memory,
             now,
             &policy,
-            0,
-            &safety,
+            &mut budget,
         )
         .ghosts)
     }
@@ -201,28 +199,25 @@ impl Engine {
             .map_err(|e| e.to_string())
     }
 
-    /// Judges the listed tasks, publishes the ghosts, orders the kills the
-    /// plan allows and audits the agents' answers. Returns the safety state
-    /// after its orders (the bucket they took).
-    #[allow(clippy::too_many_arguments)]
+    /// The sweep's `ghosts` step: judges the listed tasks (within the
+    /// sweep's budget, after the task and workflow writes), publishes the
+    /// ghosts, orders the kills the plan allows and audits the agents' answers.
     pub(super) async fn sweep_ghosts(
         &self,
         st: &mut SweepState,
         line: DsLine,
         listed: Option<Listed>,
-        view: &RegistryView,
-        now: Instant,
-        gate: Gate,
-        mut safety: SafetyState,
-        taken: usize,
-    ) -> SafetyState {
+        judged: &mut Judged,
+    ) {
         let Some(listed) = listed else {
-            return safety;
+            return;
         };
+        let (view, now) = (&judged.view, judged.now);
         let outstanding = outstanding(&listed);
-        let hold_before = safety.hold.clone();
-        if listed.orders.is_none() && safety.hold.is_none() {
-            safety.hold = Some("the kill orders in the registry cannot be read".into());
+        // An order may be outstanding unseen: none is written, for this step only.
+        let hold = judged.budget.hold.clone();
+        if listed.orders.is_none() && hold.is_none() {
+            judged.budget.hold = Some("the kill orders in the registry cannot be read".into());
         }
         let policy = self.settings.ghost_policy(line);
         let plan = ghost::plan_ghosts(
@@ -233,11 +228,9 @@ impl Engine {
             &st.ghosts.memory,
             now,
             &policy,
-            taken,
-            &safety,
+            &mut judged.budget,
         );
-        let mut next = plan.next;
-        next.hold = hold_before;
+        judged.budget.hold = hold;
         st.ghosts.memory = plan.memory;
         let ghosts = Arc::new(plan.ghosts);
         self.record_ghosts(st, &ghosts, line, now).await;
@@ -250,13 +243,12 @@ impl Engine {
             }
         }
         for g in ghosts.iter().filter(|g| g.disposition == Disposition::Act) {
-            if let Err(why) = self.gate_open(&gate) {
+            if let Err(why) = self.gate_open(&judged.gate) {
                 tracing::warn!(%why, "no more kill orders in this sweep");
                 break;
             }
             self.order(st, g, view, line, now).await;
         }
-        next
     }
 
     /// Audits new ghosts once (`detected`, kind `process`); forgets those

@@ -2,7 +2,11 @@
 //! the ports (`reaper_core::ports`), shared by the daemon (`run`), `check`,
 //! `reap` and the HTTP API so that they all judge and write the same way.
 //!
-//! - [`sweep`]: reading candidates, planning, detection and brake records.
+//! - [`sweep`]: one sweep in named steps, read → judge → publish → act →
+//!   workflows → ghosts, top to bottom; [`records`]: what it audits of them.
+//! - [`driver`]: when sweeps run (the interval, grace and settle deadlines,
+//!   membership changes).
+//! - [`check`]: `check`'s judgement, nothing written.
 //! - [`act`]: intent → conditional write → outcome, then the follow-ups.
 //! - [`reap`]: the manual form for one task, through the same pipeline.
 //! - [`line`]: which DS line to work with.
@@ -10,11 +14,14 @@
 
 mod act;
 mod anomalies;
+mod check;
+pub mod driver;
 #[cfg(test)]
 mod ghost_tests;
 mod ghosts;
 mod line;
 mod reap;
+mod records;
 mod remote;
 mod sweep;
 #[cfg(test)]
@@ -83,6 +90,22 @@ pub struct SweepSummary {
     pub actions: usize,
     /// Workflow findings (SPEC §13).
     pub workflows: usize,
+}
+
+impl SweepSummary {
+    /// A sweep that has judged nothing yet.
+    fn skipped(at: Instant) -> SweepSummary {
+        SweepSummary {
+            at,
+            result: SweepResult::Skipped,
+            detail: None,
+            kind: "incremental",
+            candidates: 0,
+            zombies: 0,
+            actions: 0,
+            workflows: 0,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -315,18 +338,4 @@ impl Engine {
         self.metrics.db_errors_total.inc();
         self.status_write().db_error = Some(e.to_string());
     }
-}
-
-/// The next instant at which a sweep could newly act: a loss leaving its grace
-/// period, or the view leaving `startup_settle`.
-pub fn next_deadline(view: &RegistryView, settings: &Settings, now: Instant) -> Option<Instant> {
-    let grace = reaper_core::delta(settings.reconcile.grace_period);
-    let since = view.valid_since()?;
-    let mut cands = vec![
-        since + reaper_core::delta(settings.reconcile.startup_settle),
-        since + grace,
-    ];
-    cands.extend(view.lost_workers.values().map(|t| *t + grace));
-    cands.extend(view.lost_masters.values().map(|t| *t + grace));
-    cands.into_iter().filter(|t| *t > now).min()
 }

@@ -416,7 +416,10 @@ async fn the_first_sweep_is_a_full_scan_then_incremental_until_the_interval() {
 async fn a_burst_of_membership_changes_makes_one_sweep() {
     let r = rig(|s| s.reconcile.sweep_interval = Duration::from_secs(3600));
     let cancel = tokio_util::sync::CancellationToken::new();
-    let task = tokio::spawn(crate::app::sweeper(r.engine.clone(), cancel.clone()));
+    let task = tokio::spawn(crate::engine::driver::sweeper(
+        r.engine.clone(),
+        cancel.clone(),
+    ));
     tokio::time::sleep(Duration::from_millis(10)).await;
     let sweeps = |r: &Rig| {
         ["ok", "error", "skipped"]
@@ -436,7 +439,7 @@ async fn a_burst_of_membership_changes_makes_one_sweep() {
         });
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    tokio::time::sleep(crate::app::COALESCE * 3).await;
+    tokio::time::sleep(crate::engine::driver::COALESCE * 3).await;
     assert_eq!(sweeps(&r), 1, "one sweep for the burst");
     cancel.cancel();
     task.await.unwrap();
