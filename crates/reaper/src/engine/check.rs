@@ -1,7 +1,7 @@
 //! `check`: one judgement as a sweep would make it, nothing written.
 
-use super::{Engine, Gate};
-use reaper_core::ports::Scan;
+use super::{Engine, Error, Gate};
+use reaper_core::ports::{PortErrorKind, Scan};
 use reaper_core::workflow::WorkflowFinding;
 use reaper_core::{plan_within, Budget, DsLine, Plan, SafetyState, UnseenAbsence};
 
@@ -9,10 +9,10 @@ impl Engine {
     /// Judges candidates as `check` does: nothing is written, and a host whose
     /// loss was not seen counts as lost for an unknown time. Workflow
     /// findings follow the task zombies (SPEC §13).
-    pub async fn check(&self) -> Result<(DsLine, Plan, Vec<WorkflowFinding>), String> {
+    pub async fn check(&self) -> Result<(DsLine, Plan, Vec<WorkflowFinding>), Error> {
         let mut st = self.state.lock().await;
         if !self.registry.view().is_valid() {
-            return Err("the registry view is not valid".into());
+            return Err(Error::ViewInvalid);
         }
         let (line, line_hold) = self.line(&mut st).await?;
         let (states, _) = self.settings.live_states(line);
@@ -20,10 +20,10 @@ impl Engine {
             .store
             .scan_once(line, &states)
             .await
-            .map_err(|e| format!("reading candidates: {e}"))?;
+            .map_err(Error::port("reading candidates"))?;
         let view = self.registry.view();
         if !view.is_valid() {
-            return Err("the registry view is not valid".into());
+            return Err(Error::ViewInvalid);
         }
         let mut policy = self.settings.policy(line);
         policy.unseen_absence = UnseenAbsence::Unknown;
@@ -51,9 +51,10 @@ impl Engine {
                 .await
             {
                 Ok(w) => w,
-                // The store cannot read them: no findings, not a failure.
-                Err(reaper_core::ports::PortError::Invalid(_)) => Vec::new(),
-                Err(e) => return Err(format!("reading workflow instances: {e}")),
+                // A store that does not read them: no findings, not a
+                // failure (a schema mismatch is one).
+                Err(e) if e.kind() == PortErrorKind::Unsupported => Vec::new(),
+                Err(e) => return Err(Error::port("reading workflow instances")(e)),
             };
             let mut wp = self.settings.workflow_policy();
             wp.unseen_absence = UnseenAbsence::Unknown;

@@ -7,11 +7,11 @@
 //! database is ever written for a ghost.
 
 use super::sweep::Judged;
-use super::{Engine, SweepState};
+use super::{Engine, Error, SweepState};
 use crate::audit::{AuditEvent, Record, RecordKind};
 use reaper_core::ghost::{self, Ghost, GhostMemory, GhostRow};
 use reaper_core::order::{KillOrder, OrderOutcome};
-use reaper_core::ports::PortError;
+use reaper_core::ports::PortErrorKind;
 use reaper_core::{Budget, Disposition, DsLine, Instant, RegistryView};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -19,6 +19,9 @@ use std::sync::Arc;
 /// Answers already audited are remembered this long, so that a report read
 /// twice is audited once.
 const ANSWERED_KEEP: usize = 10_000;
+
+/// The ghost step's read, as `/readyz` names it when it fails.
+const GHOST_READ: &str = "rows of the listed tasks";
 
 /// What the ghost part of the sweeps remembers.
 #[derive(Default)]
@@ -126,6 +129,7 @@ impl Engine {
         };
         match found {
             Ok(found) => {
+                self.read_ok(GHOST_READ);
                 let bad: BTreeSet<i64> = found.undecodable.into_iter().collect();
                 rows.extend(found.rows.into_iter().map(|r| (r.row.id, r)));
                 Some(Listed {
@@ -134,8 +138,8 @@ impl Engine {
                     orders,
                 })
             }
-            Err(PortError::Invalid(why)) => {
-                tracing::debug!(%why, "listed tasks not read: no ghost is judged");
+            Err(e) if e.kind() != PortErrorKind::Unavailable => {
+                self.read_fault(GHOST_READ, &e);
                 None
             }
             Err(e) => {
@@ -148,13 +152,13 @@ impl Engine {
 
     /// `check`'s ghosts: judged in one look (SPEC §15), counting from the
     /// row's end time and the agents' kept reports; nothing is ordered.
-    pub async fn check_ghosts(&self, line: DsLine) -> Result<Vec<Ghost>, String> {
+    pub async fn check_ghosts(&self, line: DsLine) -> Result<Vec<Ghost>, Error> {
         let Some(listed) = self.read_listed(line, &[]).await else {
             return Ok(Vec::new());
         };
         let view = self.registry.view();
         if !view.is_valid() {
-            return Err("the registry view is not valid".into());
+            return Err(Error::ViewInvalid);
         }
         let now = self.now();
         let mut policy = self.settings.ghost_policy(line);

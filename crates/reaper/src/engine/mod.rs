@@ -16,6 +16,7 @@ mod act;
 mod anomalies;
 mod check;
 pub mod driver;
+mod error;
 #[cfg(test)]
 mod ghost_tests;
 mod ghosts;
@@ -31,6 +32,7 @@ mod tests_anomalies;
 mod workflows;
 
 pub use act::ActionResult;
+pub use error::Error;
 pub use line::resolve_line;
 pub use reap::{PreparedReap, ReapError, ReapRequest};
 pub use remote::REMOTE_APP_STATES;
@@ -121,6 +123,10 @@ pub struct Status {
     pub zombies_at: Option<Instant>,
     pub brake: reaper_core::BrakeState,
     pub db_error: Option<String>,
+    /// Reads of the last sweeps that the store could not serve as asked (a
+    /// schema mismatch, undecodable rows), by what was read: a fault that
+    /// `/readyz` shows, not "nothing found". Cleared by a good read.
+    pub read_errors: std::collections::BTreeMap<&'static str, String>,
     /// The workflow findings of the last sweep (SPEC §13).
     pub workflows: Arc<Vec<reaper_core::workflow::WorkflowFinding>>,
     /// The ghost processes of the last sweep (SPEC §15).
@@ -337,5 +343,33 @@ impl Engine {
     fn db_failed(&self, e: &reaper_core::ports::PortError) {
         self.metrics.db_errors_total.inc();
         self.status_write().db_error = Some(e.to_string());
+    }
+
+    /// A read of a sweep step failed, and not for want of the database
+    /// (the caller counts that): a store without the capability is skipped
+    /// quietly; a read it cannot serve as asked (a schema mismatch) is
+    /// logged and kept for `/readyz`, not taken for "nothing found".
+    fn read_fault(&self, what: &'static str, e: &reaper_core::ports::PortError) {
+        if e.kind() == reaper_core::ports::PortErrorKind::Unsupported {
+            tracing::debug!(error = %e, "{what}: not read by this store");
+        } else {
+            tracing::warn!(error = %e, kind = e.metric_label(), "{what} cannot be read; left out of this sweep");
+            self.status_write().read_errors.insert(what, e.to_string());
+        }
+    }
+
+    /// A read of a sweep step succeeded: a fault it had is over.
+    fn read_ok(&self, what: &'static str) {
+        let cleared = self.status_read().read_errors.contains_key(what);
+        if cleared {
+            self.status_write().read_errors.remove(what);
+        }
+    }
+
+    /// The first read fault `/readyz` shows, if any.
+    pub fn read_error(&self) -> Option<String> {
+        let s = self.status_read();
+        let (what, e) = s.read_errors.iter().next()?;
+        Some(format!("{what}: {e}"))
     }
 }

@@ -147,7 +147,10 @@ impl Engine {
             ))));
         }
         drop(before);
-        let (line, line_hold) = self.line(st).await.map_err(Stop::Failed)?;
+        let (line, line_hold) = self
+            .line(st)
+            .await
+            .map_err(|e| Stop::Failed(e.to_string()))?;
         let (states, _) = self.settings.live_states(line);
         let full = st.last_full.is_none_or(|t| {
             (self.now() - t) >= reaper_core::delta(self.settings.reconcile.full_scan_interval)

@@ -537,3 +537,39 @@ async fn a_standby_reports_workflows_but_never_recovers() {
         Err(ReapError::NotLeader(_))
     ));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_workflow_read_the_store_cannot_serve_is_a_fault_not_no_findings() {
+    use reaper_core::ports::PortError;
+    let r = rig(|s| s.reconcile.workflows = true);
+    r.store.fail_workflow_reads(Some(PortError::invalid(
+        "schema mismatch: t_ds_process_instance has no column(s) host",
+    )));
+    let s = r.engine.sweep(Trigger::Tick).await;
+    assert_eq!(s.result, SweepResult::Ok, "the task results stand");
+    assert_eq!(
+        r.engine.read_error().as_deref(),
+        Some("workflow candidates: schema mismatch: t_ds_process_instance has no column(s) host")
+    );
+    assert_eq!(
+        r.engine.metrics.db_errors_total.get(),
+        0,
+        "not a database outage"
+    );
+    let check = r.engine.check().await.map(|_| ()).unwrap_err();
+    assert_eq!(
+        check.port_kind(),
+        Some(reaper_core::ports::PortErrorKind::Invalid)
+    );
+    assert!(check
+        .to_string()
+        .starts_with("reading workflow instances: schema mismatch"));
+    // a store that does not read workflows at all is no fault of check's
+    r.store
+        .fail_workflow_reads(Some(PortError::unsupported("no workflows here")));
+    assert!(r.engine.check().await.is_ok());
+    // a good read clears the fault
+    r.store.fail_workflow_reads(None);
+    r.engine.sweep(Trigger::Tick).await;
+    assert_eq!(r.engine.read_error(), None);
+}

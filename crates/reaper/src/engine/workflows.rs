@@ -8,13 +8,16 @@ use super::reap::ReapError;
 use super::sweep::Judged;
 use super::{Engine, Gate, SweepState};
 use crate::audit::{AuditEvent, Record, RecordKind};
-use reaper_core::ports::{Scan, WorkflowOutcome};
+use reaper_core::ports::{PortErrorKind, Scan, WorkflowOutcome};
 use reaper_core::workflow::{
     plan_workflows, WorkflowAction, WorkflowCandidate, WorkflowFinding, WorkflowReason,
 };
 use reaper_core::{Budget, Disposition, DsLine, Instant, NodeKind};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+/// The workflow step's read, as `/readyz` names it when it fails.
+const WORKFLOW_READ: &str = "workflow candidates";
 
 /// What the workflow part of a sweep did.
 #[derive(Default)]
@@ -113,10 +116,12 @@ impl Engine {
             .workflow_candidates(line, &states, &task_states, scan)
             .await
         {
-            Ok(w) => Some(w),
-            Err(reaper_core::ports::PortError::Invalid(why)) => {
-                // Not a database failure: the store cannot answer this.
-                tracing::debug!(%why, "workflow candidates not read");
+            Ok(w) => {
+                self.read_ok(WORKFLOW_READ);
+                Some(w)
+            }
+            Err(e) if e.kind() != PortErrorKind::Unavailable => {
+                self.read_fault(WORKFLOW_READ, &e);
                 None
             }
             Err(e) => {
@@ -250,7 +255,7 @@ impl Engine {
     ) -> Result<Record, ReapError> {
         self.ensure_leader()?;
         let mut st = self.state.lock().await;
-        let (line, hold) = self.line(&mut st).await.map_err(ReapError::Unavailable)?;
+        let (line, hold) = self.line(&mut st).await?;
         drop(st);
         if let Some(h) = hold {
             return Err(ReapError::Refused(h));
