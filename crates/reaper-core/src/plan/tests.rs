@@ -1,5 +1,6 @@
 use super::*;
 use crate::policy::Rule;
+use crate::policy::UnseenAbsence;
 use crate::view::NodeInfo;
 use crate::ViewState;
 use chrono::TimeZone;
