@@ -296,36 +296,7 @@ impl Engine {
         let judged = findings
             .into_iter()
             .find(|f| f.reason == WorkflowReason::WorkflowMasterLost);
-        let (finding, forced) = match judged {
-            Some(f) if f.action == WorkflowAction::Recover => (f, false),
-            Some(f) if !force => {
-                return Err(ReapError::Refused(
-                    f.note
-                        .unwrap_or_else(|| "recover does not apply".to_string()),
-                ))
-            }
-            None if !force => {
-                return Err(ReapError::Refused(format!(
-                    "workflow instance {id} is not workflow_master_lost as check judges it (host {}); use force to override",
-                    crate::views::host_words(wf.host.as_deref())
-                )))
-            }
-            _ => (
-                WorkflowFinding {
-                    state_name: reaper_core::workflow::workflow_state_name(wf.state)
-                        .unwrap_or("UNKNOWN")
-                        .to_string(),
-                    workflow: wf,
-                    reason: WorkflowReason::WorkflowMasterLost,
-                    evidence: Default::default(),
-                    owner_master_alive: false,
-                    action: WorkflowAction::Recover,
-                    note: Some("forced".into()),
-                    disposition: Disposition::Act,
-                },
-                true,
-            ),
-        };
+        let (finding, forced) = chosen(judged, wf, force)?;
         confirm(&finding, forced)?;
         self.ensure_leader()?;
         let gate = Gate {
@@ -333,5 +304,42 @@ impl Engine {
             leader_only: true,
         };
         self.recover(&finding, line, actor, gate, forced).await
+    }
+}
+
+/// The finding `reap --workflow-instance` writes, and whether it is forced:
+/// the judged `workflow_master_lost` with `recover`, else (with `force`) one
+/// made for the row as it is; refused otherwise, saying why.
+fn chosen(
+    judged: Option<WorkflowFinding>,
+    wf: WorkflowCandidate,
+    force: bool,
+) -> Result<(WorkflowFinding, bool), ReapError> {
+    match judged {
+        Some(f) if f.action == WorkflowAction::Recover => Ok((f, false)),
+        Some(f) if !force => Err(ReapError::Refused(
+            f.note
+                .unwrap_or_else(|| "recover does not apply".to_string()),
+        )),
+        None if !force => Err(ReapError::Refused(format!(
+            "workflow instance {} is not workflow_master_lost as check judges it (host {}); use force to override",
+            wf.id,
+            crate::views::host_words(wf.host.as_deref())
+        ))),
+        _ => Ok((
+            WorkflowFinding {
+                state_name: reaper_core::workflow::workflow_state_name(wf.state)
+                    .unwrap_or("UNKNOWN")
+                    .to_string(),
+                workflow: wf,
+                reason: WorkflowReason::WorkflowMasterLost,
+                evidence: Default::default(),
+                owner_master_alive: false,
+                action: WorkflowAction::Recover,
+                note: Some("forced".into()),
+                disposition: Disposition::Act,
+            },
+            true,
+        )),
     }
 }
