@@ -6,11 +6,12 @@
 //! (kill orders, under the same brake, caps and token bucket as every write).
 
 use crate::agent::{AgentProcess, AgentSeen};
+use crate::budget::Budget;
 use crate::candidate::Candidate;
 use crate::host;
 use crate::line::{DsLine, NEED_FAULT_TOLERANCE};
 use crate::order::OrderPid;
-use crate::plan::{Blocked, Disposition, SafetyState};
+use crate::plan::{Blocked, Disposition};
 use crate::view::{NodeKind, RegistryView};
 use crate::{delta, Instant};
 use serde::{Deserialize, Serialize};
@@ -317,13 +318,13 @@ pub fn listed_ids(view: &RegistryView, now: Instant, stale_after: Duration) -> B
 pub struct GhostPlan {
     pub ghosts: Vec<Ghost>,
     pub memory: GhostMemory,
-    pub next: SafetyState,
 }
 
 /// Judges every task a fresh agent lists whose id was read (`rows` holds
 /// what the read found; `read` every id asked: an id not asked is never
 /// taken for a vanished row). `outstanding` are the order nodes in the
-/// registry. Orders share the sweep's budget: `taken` actions already used.
+/// registry. Orders are admitted through the sweep's budget, after the task
+/// and workflow writes.
 #[allow(clippy::too_many_arguments)]
 pub fn plan_ghosts(
     view: &RegistryView,
@@ -333,30 +334,15 @@ pub fn plan_ghosts(
     memory: &GhostMemory,
     now: Instant,
     policy: &GhostPolicy,
-    taken: usize,
-    state: &SafetyState,
+    budget: &mut Budget,
 ) -> GhostPlan {
-    let mut next = state.clone();
     let mut kept = GhostMemory::new();
     let Some(valid_since) = view.valid_since() else {
         return GhostPlan {
             ghosts: Vec::new(),
             memory: memory.clone(),
-            next,
         };
     };
-    let global = if let Some(h) = &state.hold {
-        Some(Blocked::Hold(h.clone()))
-    } else if state.brake.engaged() {
-        Some(Blocked::Brake(
-            state.brake.why.clone().unwrap_or_else(|| "engaged".into()),
-        ))
-    } else if now - valid_since < delta(policy.startup_settle) {
-        Some(Blocked::Settling)
-    } else {
-        None
-    };
-    let mut taken = taken;
     let mut ghosts = Vec::new();
     let mut agents: Vec<(&String, &AgentSeen)> = view.agents.iter().collect();
     agents.sort_by(|a, b| a.0.cmp(b.0));
@@ -456,15 +442,8 @@ pub fn plan_ghosts(
                     if waiting {
                         note = Some(KILL_ORDERED.to_string());
                         Disposition::Report
-                    } else if let Some(g) = &global {
-                        Disposition::Blocked(g.clone())
-                    } else if taken >= policy.max_actions_per_sweep {
-                        Disposition::Blocked(Blocked::SweepCap)
-                    } else if !next.bucket.as_mut().is_some_and(|b| b.try_take()) {
-                        Disposition::Blocked(Blocked::RateLimit)
                     } else {
-                        taken += 1;
-                        Disposition::Act
+                        budget.admit(valid_since, now)
                     }
                 }
             };
@@ -500,7 +479,6 @@ pub fn plan_ghosts(
     GhostPlan {
         ghosts,
         memory: kept,
-        next,
     }
 }
 

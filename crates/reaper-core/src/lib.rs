@@ -27,6 +27,7 @@
 pub mod agent;
 pub mod anomaly;
 pub mod brake;
+pub mod budget;
 pub mod candidate;
 pub mod ghost;
 pub mod host;
@@ -47,9 +48,10 @@ pub mod zone;
 pub type Instant = chrono::DateTime<chrono::Utc>;
 
 pub use brake::{BrakeConfig, BrakeState};
+pub use budget::Budget;
 pub use candidate::Candidate;
 pub use line::{DsLine, HeartbeatFormat, RegistryLayout};
-pub use plan::{plan, Blocked, Disposition, Plan, SafetyState, Zombie};
+pub use plan::{plan, plan_within, Blocked, Disposition, Plan, SafetyState, Zombie};
 pub use policy::{Action, FollowUp, OwnerMaster, Policy, Rule, UnseenAbsence};
 pub use rate::TokenBucket;
 pub use reason::{Evidence, Reason};

@@ -24,17 +24,90 @@ use std::sync::Arc;
 /// A boxed `Send` future borrowing from its receiver.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// Why a store or registry call failed. The engine only reports and counts
-/// these; the kinds decide exit codes and HTTP statuses.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PortError {
+/// What kind of failure a port call had: it decides exit codes, HTTP
+/// statuses and whether the engine skips a capability or reports a fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PortErrorKind {
     /// The service cannot be reached or failed (retry later).
-    #[error("{0}")]
-    Unavailable(String),
-    /// The request cannot be served as asked (bad input, schema mismatch).
-    #[error("{0}")]
-    Invalid(String),
+    Unavailable,
+    /// The request cannot be served as asked (bad input, a schema mismatch,
+    /// a row that cannot be decoded): a fault to report, not "nothing found".
+    Invalid,
+    /// This adapter does not do it at all (the trait's default).
+    Unsupported,
 }
+
+/// Why a store or registry call failed: its kind and the adapter's own
+/// error (shared, so the error stays cheap to clone). Shown as that error.
+#[derive(Debug, Clone)]
+pub struct PortError {
+    kind: PortErrorKind,
+    source: Arc<dyn std::error::Error + Send + Sync>,
+}
+
+/// The boxed error a [`PortError`] is made from: any error, or a message.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl PortError {
+    pub fn new(kind: PortErrorKind, source: impl Into<BoxError>) -> PortError {
+        PortError {
+            kind,
+            source: Arc::from(source.into()),
+        }
+    }
+
+    pub fn unavailable(source: impl Into<BoxError>) -> PortError {
+        PortError::new(PortErrorKind::Unavailable, source)
+    }
+
+    pub fn invalid(source: impl Into<BoxError>) -> PortError {
+        PortError::new(PortErrorKind::Invalid, source)
+    }
+
+    pub fn unsupported(source: impl Into<BoxError>) -> PortError {
+        PortError::new(PortErrorKind::Unsupported, source)
+    }
+
+    pub fn kind(&self) -> PortErrorKind {
+        self.kind
+    }
+
+    /// The adapter's own error, for a caller that wants to look into it.
+    pub fn inner(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.source
+    }
+
+    /// `unavailable` | `invalid` | `unsupported`, for logs and metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self.kind {
+            PortErrorKind::Unavailable => "unavailable",
+            PortErrorKind::Invalid => "invalid",
+            PortErrorKind::Unsupported => "unsupported",
+        }
+    }
+}
+
+impl std::fmt::Display for PortError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.source, f)
+    }
+}
+
+/// Transparent: the adapter's error is shown, its cause is the next link.
+impl std::error::Error for PortError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.source()
+    }
+}
+
+/// Equal when of one kind with one message (errors compare by what they say).
+impl PartialEq for PortError {
+    fn eq(&self, other: &PortError) -> bool {
+        self.kind == other.kind && self.source.to_string() == other.source.to_string()
+    }
+}
+
+impl Eq for PortError {}
 
 /// Lines consistent with the schema, plus the `t_ds_version` row (logged, never trusted).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,7 +210,7 @@ pub trait TaskStore: Send + Sync {
         Box::pin(async move {
             before_write
                 .await
-                .map_err(|e| PortError::Invalid(format!("not written: {e}")))?;
+                .map_err(|e| PortError::invalid(format!("not written: {e}")))?;
             self.write_tasks(line, writes).await
         })
     }
@@ -162,7 +235,7 @@ pub trait TaskStore: Send + Sync {
         _task_states: &'a [i32],
         _scan: Scan,
     ) -> BoxFuture<'a, Result<Vec<WorkflowCandidate>, PortError>> {
-        Box::pin(async { Err(PortError::Invalid(NO_WORKFLOWS.into())) })
+        Box::pin(async { Err(PortError::unsupported(NO_WORKFLOWS)) })
     }
 
     /// One workflow instance by id in any state, as a candidate.
@@ -172,7 +245,7 @@ pub trait TaskStore: Send + Sync {
         _id: i64,
         _task_states: &'a [i32],
     ) -> BoxFuture<'a, Result<Option<WorkflowCandidate>, PortError>> {
-        Box::pin(async { Err(PortError::Invalid(NO_WORKFLOWS.into())) })
+        Box::pin(async { Err(PortError::unsupported(NO_WORKFLOWS)) })
     }
 
     /// The rows of the task ids fresh agents list (SPEC §15), in any state,
@@ -185,8 +258,8 @@ pub trait TaskStore: Send + Sync {
         _ids: &'a [i64],
     ) -> BoxFuture<'a, Result<crate::ghost::GhostRead, PortError>> {
         Box::pin(async {
-            Err(PortError::Invalid(
-                "this store does not read listed tasks by id".into(),
+            Err(PortError::unsupported(
+                "this store does not read listed tasks by id",
             ))
         })
     }
@@ -202,16 +275,17 @@ pub trait TaskStore: Send + Sync {
         _now: Instant,
         _live_master: LiveMaster<'a>,
     ) -> BoxFuture<'a, Result<WorkflowOutcome, PortError>> {
-        Box::pin(async { Err(PortError::Invalid(NO_WORKFLOWS.into())) })
+        Box::pin(async { Err(PortError::unsupported(NO_WORKFLOWS)) })
     }
 
     /// What SPEC §16 reads beside the candidates: the `flag = 1`
     /// non-finished rows outside the candidate states that the latest
     /// `candidates` / `scan_once` read returned (so call it once after one), and
     /// 3.4's waiting serial commands. A store that cannot answer says so
-    /// (`Invalid`), never with an empty answer that would read as "nothing stuck".
+    /// (`Unsupported`, or `Invalid` for rows it cannot read), never with an
+    /// empty answer that would read as "nothing stuck".
     fn anomaly_rows(&self, _line: DsLine) -> BoxFuture<'_, Result<AnomalyRows, PortError>> {
-        Box::pin(async { Err(PortError::Invalid(NO_ANOMALIES.into())) })
+        Box::pin(async { Err(PortError::unsupported(NO_ANOMALIES)) })
     }
 }
 
@@ -270,14 +344,14 @@ pub trait RegistrySource: Send + Sync {
     }
     /// Writes (or replaces) the kill order node `<root>/ds-reaper/orders/<worker>/<task_id>`
     /// (SPEC §15) for that worker's agent. Registries that carry no orders
-    /// answer `Invalid`: a kill is then never ordered, the ghost only reported.
+    /// answer `Unsupported`: a kill is then never ordered, the ghost only reported.
     fn put_order<'a>(
         &'a self,
         _worker: &'a str,
         _order: &'a KillOrder,
     ) -> BoxFuture<'a, Result<(), PortError>> {
         Box::pin(async {
-            Err(PortError::Invalid(format!(
+            Err(PortError::unsupported(format!(
                 "the {} registry carries no kill orders",
                 self.kind()
             )))
@@ -320,5 +394,29 @@ pub struct SystemClock;
 impl Clock for SystemClock {
     fn now(&self) -> Instant {
         chrono::Utc::now()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("schema mismatch: t has no column x")]
+    struct Mismatch(#[source] std::fmt::Error);
+
+    #[test]
+    fn a_port_error_keeps_its_kind_its_source_and_its_message() {
+        let e = PortError::invalid(Mismatch(std::fmt::Error));
+        assert_eq!(e.kind(), PortErrorKind::Invalid);
+        assert_eq!(e.metric_label(), "invalid");
+        assert_eq!(e.to_string(), "schema mismatch: t has no column x");
+        assert!(e.inner().downcast_ref::<Mismatch>().is_some());
+        // transparent: the next link is the adapter error's own cause
+        let next = std::error::Error::source(&e).map(|s| s.to_string());
+        assert_eq!(next, Some(std::fmt::Error.to_string()));
+        assert_eq!(PortError::unavailable("down").metric_label(), "unavailable");
+        assert_ne!(PortError::unsupported("x"), PortError::invalid("x"));
+        assert_eq!(PortError::invalid("x"), PortError::invalid("x".to_string()));
     }
 }

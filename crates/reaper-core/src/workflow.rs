@@ -2,9 +2,10 @@
 //! and `workflow_stalled`, judged like task zombies — against a valid view,
 //! on the daemon's clock, under the same brake, caps and token bucket.
 
+use crate::budget::Budget;
 use crate::host;
 use crate::line::DsLine;
-use crate::plan::{Blocked, Disposition, SafetyState};
+use crate::plan::Disposition;
 use crate::view::{NodeKind, RegistryView};
 use crate::{delta, Instant};
 use serde::{Deserialize, Serialize};
@@ -229,57 +230,31 @@ pub fn workflow_state_code(line: DsLine, name: &str) -> Option<i32> {
 /// `reconcile.workflow_states` when unset.
 pub const DEFAULT_WORKFLOW_STATES: [i32; 3] = [1, 2, 4];
 
-/// Judges workflow candidates after the task plan of the same sweep, with
-/// its safety state (brake, bucket, hold) and `taken` actions already used
-/// of `max_actions`: one budget for task and workflow writes.
-#[allow(clippy::too_many_arguments)]
+/// Judges workflow candidates after the task plan of the same sweep, the
+/// writes it wants admitted through that sweep's budget: one hold, brake,
+/// settle, cap and bucket for task and workflow writes.
 pub fn plan_workflows(
     view: &RegistryView,
     workflows: &[WorkflowCandidate],
     now: Instant,
     line: DsLine,
     policy: &WorkflowPolicy,
-    startup_settle: Duration,
-    max_actions: usize,
-    taken: usize,
-    state: &SafetyState,
-) -> (Vec<WorkflowFinding>, SafetyState) {
-    let mut next = state.clone();
+    budget: &mut Budget,
+) -> Vec<WorkflowFinding> {
     let Some(valid_since) = view.valid_since() else {
-        return (Vec::new(), next);
+        return Vec::new();
     };
-    let global = if let Some(h) = &state.hold {
-        Some(Blocked::Hold(h.clone()))
-    } else if state.brake.engaged() {
-        Some(Blocked::Brake(
-            state.brake.why.clone().unwrap_or_else(|| "engaged".into()),
-        ))
-    } else if now - valid_since < delta(startup_settle) {
-        Some(Blocked::Settling)
-    } else {
-        None
-    };
-    let mut taken = taken;
     let mut findings = Vec::new();
     for wf in workflows {
-        let Some(mut f) = judge(view, valid_since, wf, now, line, policy, startup_settle) else {
+        let Some(mut f) = judge(view, valid_since, wf, now, line, policy, budget.settle) else {
             continue;
         };
         if f.disposition == Disposition::Act {
-            f.disposition = if let Some(g) = &global {
-                Disposition::Blocked(g.clone())
-            } else if taken >= max_actions {
-                Disposition::Blocked(Blocked::SweepCap)
-            } else if !next.bucket.as_mut().is_some_and(|b| b.try_take()) {
-                Disposition::Blocked(Blocked::RateLimit)
-            } else {
-                taken += 1;
-                Disposition::Act
-            };
+            f.disposition = budget.admit(valid_since, now);
         }
         findings.push(f);
     }
-    (findings, next)
+    findings
 }
 
 fn judge(
@@ -310,72 +285,19 @@ fn judge(
     };
     let alive = view.live(NodeKind::Master, master).is_some();
     let reason = if alive {
-        // READY_PAUSE / READY_STOP under a live master is workflow_stop_stuck (SPEC §16)
-        if crate::anomaly::STOP_STATES.contains(&wf.state) {
-            return None;
-        }
-        let idle = wf.tasks_by_state.values().all(|n| *n == 0);
-        let progress = wf.last_progress()?;
-        if !idle || now - progress < delta(policy.stall_after) {
-            return None;
-        }
-        WorkflowReason::WorkflowStalled
+        stalled(wf, now, policy)?
     } else {
-        let (lost_at, absent) = match view.lost_at(NodeKind::Master, master) {
-            Some(at) => (Some(at), Some(now - at)),
-            None => match policy.unseen_absence {
-                crate::UnseenAbsence::SinceViewValid => {
-                    let own = wf.restart_time.or(wf.start_time);
-                    let from = own.map_or(valid_since, |t| t.max(valid_since));
-                    (None, Some(now - from))
-                }
-                crate::UnseenAbsence::Unknown => (None, None),
-            },
-        };
-        if absent.is_some_and(|a| a < delta(policy.grace_period)) {
-            return None;
-        }
-        evidence.lost_at = lost_at;
-        evidence.absent_for_seconds = absent.map(|a| a.num_seconds());
-        WorkflowReason::WorkflowMasterLost
+        master_lost(view, valid_since, wf, master, now, policy, &mut evidence)?
     };
-    let mut action = policy.decide(reason, wf, alive);
-    let mut note = None;
-    if action == WorkflowAction::Recover
-        && !line.master_failover_workflow_states().contains(&wf.state)
-    {
-        // recover writes DS's failover rows: for a state DS's failover
-        // never picks up, the master taking the command would get a
-        // workflow it does not expect.
-        note = Some(format!(
-            "workflow state {} ({}) is not one DS's own master failover handles on line {line}; recover downgraded to report",
-            wf.state,
-            workflow_state_name(wf.state).unwrap_or("UNKNOWN")
-        ));
-        action = WorkflowAction::Report;
-    }
-    // 1.3-3.2: DS's pass writes the workflows it read unconditionally; a
-    // write of ours in between means two commands (SPEC §13).
-    if action == WorkflowAction::Recover
-        && line.failover_writes_unconditionally()
-        && view.ds_failover_in_progress(master, now, settle)
-    {
-        note = Some(crate::plan::DS_FAILOVER_IN_PROGRESS.to_string());
-        action = WorkflowAction::Report;
-    }
-    if action == WorkflowAction::Recover {
-        // DS's failover would stop or re-mark tasks it reaches by RPC; we do not.
-        if let Some(h) = wf
-            .live_task_hosts
-            .iter()
-            .find(|h| view.live(NodeKind::Worker, h).is_some())
-        {
-            note = Some(format!(
-                "a task of the workflow is live on the live worker {h}; recover downgraded to report"
-            ));
-            action = WorkflowAction::Report;
-        }
-    }
+    let (action, note) = downgraded(
+        view,
+        wf,
+        master,
+        now,
+        line,
+        settle,
+        policy.decide(reason, wf, alive),
+    );
     Some(WorkflowFinding {
         state_name: workflow_state_name(wf.state)
             .unwrap_or("UNKNOWN")
@@ -392,6 +314,97 @@ fn judge(
             Disposition::Report
         },
     })
+}
+
+/// Under a live master: idle past `stall_after` since its last progress.
+fn stalled(
+    wf: &WorkflowCandidate,
+    now: Instant,
+    policy: &WorkflowPolicy,
+) -> Option<WorkflowReason> {
+    // READY_PAUSE / READY_STOP under a live master is workflow_stop_stuck (SPEC §16)
+    if crate::anomaly::STOP_STATES.contains(&wf.state) {
+        return None;
+    }
+    let idle = wf.tasks_by_state.values().all(|n| *n == 0);
+    let progress = wf.last_progress()?;
+    if !idle || now - progress < delta(policy.stall_after) {
+        return None;
+    }
+    Some(WorkflowReason::WorkflowStalled)
+}
+
+/// Its master gone past the workflow grace period (a master never seen
+/// counts from the later of the view's validity and the workflow's own time).
+fn master_lost(
+    view: &RegistryView,
+    valid_since: Instant,
+    wf: &WorkflowCandidate,
+    master: &str,
+    now: Instant,
+    policy: &WorkflowPolicy,
+    evidence: &mut WorkflowEvidence,
+) -> Option<WorkflowReason> {
+    let (lost_at, absent) = match view.lost_at(NodeKind::Master, master) {
+        Some(at) => (Some(at), Some(now - at)),
+        None => match policy.unseen_absence {
+            crate::UnseenAbsence::SinceViewValid => {
+                let own = wf.restart_time.or(wf.start_time);
+                let from = own.map_or(valid_since, |t| t.max(valid_since));
+                (None, Some(now - from))
+            }
+            crate::UnseenAbsence::Unknown => (None, None),
+        },
+    };
+    if absent.is_some_and(|a| a < delta(policy.grace_period)) {
+        return None;
+    }
+    evidence.lost_at = lost_at;
+    evidence.absent_for_seconds = absent.map(|a| a.num_seconds());
+    Some(WorkflowReason::WorkflowMasterLost)
+}
+
+/// `recover` downgraded to `report` (and why) where writing DS's failover
+/// rows would not be safe.
+fn downgraded(
+    view: &RegistryView,
+    wf: &WorkflowCandidate,
+    master: &str,
+    now: Instant,
+    line: DsLine,
+    settle: Duration,
+    action: WorkflowAction,
+) -> (WorkflowAction, Option<String>) {
+    if action != WorkflowAction::Recover {
+        return (action, None);
+    }
+    let report = |note: String| (WorkflowAction::Report, Some(note));
+    if !line.master_failover_workflow_states().contains(&wf.state) {
+        // recover writes DS's failover rows: for a state DS's failover
+        // never picks up, the master taking the command would get a
+        // workflow it does not expect.
+        return report(format!(
+            "workflow state {} ({}) is not one DS's own master failover handles on line {line}; recover downgraded to report",
+            wf.state,
+            workflow_state_name(wf.state).unwrap_or("UNKNOWN")
+        ));
+    }
+    // 1.3-3.2: DS's pass writes the workflows it read unconditionally; a
+    // write of ours in between means two commands (SPEC §13).
+    if line.failover_writes_unconditionally() && view.ds_failover_in_progress(master, now, settle) {
+        return report(crate::plan::DS_FAILOVER_IN_PROGRESS.to_string());
+    }
+    // DS's failover would stop or re-mark tasks it reaches by RPC; we do not.
+    if let Some(h) = wf
+        .live_task_hosts
+        .iter()
+        .find(|h| view.live(NodeKind::Worker, h).is_some())
+    {
+        return report(format!(
+            "a task of the workflow is live on the live worker {h}; recover downgraded to report"
+        ));
+    }
+    (action, None)
 }
 
 #[cfg(test)]

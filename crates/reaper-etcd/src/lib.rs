@@ -151,6 +151,14 @@ pub enum EtcdError {
     Lease(String),
 }
 
+/// Every EtcdError is the registry failing or out of reach: `Unavailable`,
+/// with the error itself as the source.
+impl From<EtcdError> for reaper_core::ports::PortError {
+    fn from(e: EtcdError) -> Self {
+        reaper_core::ports::PortError::unavailable(e)
+    }
+}
+
 /// Bounds an etcd call: the client retries connecting behind a request.
 pub(crate) async fn bounded<T>(
     what: &'static str,

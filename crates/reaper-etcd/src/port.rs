@@ -56,7 +56,7 @@ impl RegistrySource for EtcdRegistry {
         Box::pin(async move {
             EtcdRegistry::put_order(self, worker, order)
                 .await
-                .map_err(|e| PortError::Unavailable(e.to_string()))
+                .map_err(PortError::from)
         })
     }
 
@@ -68,16 +68,12 @@ impl RegistrySource for EtcdRegistry {
         Box::pin(async move {
             EtcdRegistry::delete_order(self, worker, task_id)
                 .await
-                .map_err(|e| PortError::Unavailable(e.to_string()))
+                .map_err(PortError::from)
         })
     }
 
     fn orders(&self) -> BoxFuture<'_, Result<Vec<(String, KillOrder)>, PortError>> {
-        Box::pin(async move {
-            EtcdRegistry::orders(self)
-                .await
-                .map_err(|e| PortError::Unavailable(e.to_string()))
-        })
+        Box::pin(async move { EtcdRegistry::orders(self).await.map_err(PortError::from) })
     }
 
     fn close(&self) -> BoxFuture<'_, ()> {

@@ -1,6 +1,6 @@
 //! The adapter's errors, and how they cross the port.
 
-use reaper_core::ports::PortError;
+use reaper_core::ports::{PortError, PortErrorKind};
 use std::fmt;
 use std::time::Duration;
 
@@ -100,15 +100,17 @@ impl SqlError {
     }
 }
 
-/// `Unavailable` for database and timeout errors, `Invalid` for the rest;
-/// the message is the adapter's own.
+/// `Unavailable` for database and timeout errors, `Invalid` for the rest
+/// (a schema mismatch is a fault to report, not an empty read); the
+/// [`SqlError`] itself is the source.
 impl From<SqlError> for PortError {
     fn from(e: SqlError) -> PortError {
-        if e.is_unavailable() {
-            PortError::Unavailable(e.to_string())
+        let kind = if e.is_unavailable() {
+            PortErrorKind::Unavailable
         } else {
-            PortError::Invalid(e.to_string())
-        }
+            PortErrorKind::Invalid
+        };
+        PortError::new(kind, e)
     }
 }
 
@@ -125,12 +127,14 @@ mod tests {
         .into();
         assert_eq!(
             e,
-            PortError::Unavailable(
-                "database call timed out (client side): ping did not finish within 1s".into()
+            PortError::unavailable(
+                "database call timed out (client side): ping did not finish within 1s"
             )
         );
+        assert!(e.inner().downcast_ref::<SqlError>().is_some());
         let e: PortError = SqlError::Db(sqlx::Error::PoolClosed).into();
-        assert!(matches!(e, PortError::Unavailable(m) if m.starts_with("database error: ")));
+        assert_eq!(e.kind(), PortErrorKind::Unavailable);
+        assert!(e.to_string().starts_with("database error: "), "{e}");
         for (e, text) in [
             (
                 SqlError::SchemaMismatch("t has no column(s) x".into()),
@@ -154,7 +158,7 @@ mod tests {
                 "t_ds_task_instance row 7 cannot be decoded: bad date",
             ),
         ] {
-            assert_eq!(PortError::from(e), PortError::Invalid(text.into()));
+            assert_eq!(PortError::from(e), PortError::invalid(text));
         }
     }
 }

@@ -9,7 +9,7 @@ mod common;
 use common::*;
 use ds_sim::db::{SimDb, SimKind, TaskSpec, WorkflowSpec};
 use reaper_core::anomaly::queued_states;
-use reaper_core::ports::{PortError, Scan, TaskStore};
+use reaper_core::ports::{PortError, PortErrorKind, Scan, TaskStore};
 use reaper_core::DsLine;
 use reaper_sql::*;
 use std::time::Duration;
@@ -237,7 +237,7 @@ async fn the_ports_default_is_an_error() {
     }
     assert!(matches!(
         Bare.anomaly_rows(DsLine::V3_3).await,
-        Err(PortError::Invalid(_))
+        Err(e) if e.kind() == PortErrorKind::Unsupported
     ));
 }
 

@@ -94,6 +94,14 @@ pub enum ZkError {
     NotConnected,
 }
 
+/// Every ZkError is the registry failing or out of reach: `Unavailable`,
+/// with the error itself as the source.
+impl From<ZkError> for reaper_core::ports::PortError {
+    fn from(e: ZkError) -> Self {
+        reaper_core::ports::PortError::unavailable(e)
+    }
+}
+
 /// Bounds a ZooKeeper call: the client queues requests while disconnected.
 pub(crate) async fn bounded<T>(
     limit: Duration,

@@ -52,7 +52,7 @@ impl RegistrySource for Registry {
         Box::pin(async move {
             Registry::delete_task_queue_entries(self, task_id)
                 .await
-                .map_err(|e| PortError::Unavailable(e.to_string()))
+                .map_err(PortError::from)
         })
     }
 
@@ -64,7 +64,7 @@ impl RegistrySource for Registry {
         Box::pin(async move {
             Registry::put_order(self, worker, order)
                 .await
-                .map_err(|e| PortError::Unavailable(e.to_string()))
+                .map_err(PortError::from)
         })
     }
 
@@ -76,16 +76,12 @@ impl RegistrySource for Registry {
         Box::pin(async move {
             Registry::delete_order(self, worker, task_id)
                 .await
-                .map_err(|e| PortError::Unavailable(e.to_string()))
+                .map_err(PortError::from)
         })
     }
 
     fn orders(&self) -> BoxFuture<'_, Result<Vec<(String, KillOrder)>, PortError>> {
-        Box::pin(async move {
-            Registry::orders(self)
-                .await
-                .map_err(|e| PortError::Unavailable(e.to_string()))
-        })
+        Box::pin(async move { Registry::orders(self).await.map_err(PortError::from) })
     }
 
     fn close(&self) -> BoxFuture<'_, ()> {

@@ -1,98 +1,24 @@
-//! Building the adapters from the settings, and the `run` daemon: sweeper
-//! loop, HTTP server, systemd notifications and graceful shutdown.
+//! Building the engine on the real adapters, and running it: the `run`
+//! daemon (the sweeper of [`crate::engine::driver`], the HTTP server,
+//! systemd notifications, graceful shutdown) and the `agent`.
 
-use crate::config::RegistryKind;
-use crate::config::{Settings, VersionSetting};
-use crate::engine::{next_deadline, Engine, Ports, SharedEngine, Trigger};
+use crate::config::adapters::{db_settings, etcd_settings, jdbc_settings, zk_settings};
+use crate::config::{RegistryKind, Settings};
+use crate::engine::driver::sweeper;
+use crate::engine::{Engine, Ports, SharedEngine};
 use crate::metrics::Metrics;
 use anyhow::Context;
 use reaper_core::ports::{Leadership, RegistrySource, SystemClock};
-use reaper_core::{RegistryView, ViewState};
-use reaper_etcd::{EtcdLeader, EtcdRegistry, EtcdSettings};
-use reaper_jdbc::{JdbcLeader, JdbcRegistry, JdbcSettings, LeaderOptions};
-use reaper_sql::{Db, DbSettings, SqlStore};
-use reaper_zk::{LeaderElection, Registry, ZkSettings};
+use reaper_etcd::{EtcdLeader, EtcdRegistry};
+use reaper_jdbc::{JdbcLeader, JdbcRegistry, LeaderOptions};
+use reaper_sql::{Db, SqlStore};
+use reaper_zk::{LeaderElection, Registry};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// The whole stop must fit in SPEC §7's 10 s.
 const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(8);
-
-pub fn zk_settings(s: &Settings) -> ZkSettings {
-    ZkSettings {
-        connect: s.zookeeper.connect.clone(),
-        root: s.zookeeper.root.clone(),
-        session_timeout: s.zookeeper.session_timeout,
-        request_timeout: Duration::from_secs(10)
-            .min(s.zookeeper.session_timeout.max(Duration::from_secs(2))),
-        line: match s.dolphinscheduler.version {
-            VersionSetting::Line(l) => Some(l),
-            VersionSetting::Auto => None,
-        },
-        zone: s.dolphinscheduler.time_zone,
-        agents: Some((s.agent.path.clone(), s.reconcile.agent_stale_after)),
-    }
-}
-
-pub fn db_settings(s: &Settings) -> DbSettings {
-    DbSettings {
-        url: s.database.url.expose().to_string(),
-        password: s
-            .database
-            .password_file
-            .as_ref()
-            .map(|f| f.secret().expose().to_string()),
-        max_connections: s.database.max_connections,
-        statement_timeout: s.database.statement_timeout,
-        zone: s.dolphinscheduler.time_zone,
-    }
-}
-
-pub fn etcd_settings(s: &Settings) -> EtcdSettings {
-    let mut e = EtcdSettings::new(s.etcd.endpoints.clone());
-    e.namespace = s.etcd.namespace.clone();
-    e.user = s.etcd.user.clone();
-    e.password = s
-        .etcd
-        .password_file
-        .as_ref()
-        .map(|f| f.secret().expose().to_string());
-    e.lease_ttl = s.etcd.lease_ttl;
-    e.request_timeout = Duration::from_secs(10).min(s.etcd.lease_ttl.max(Duration::from_secs(2)));
-    e.line = match s.dolphinscheduler.version {
-        VersionSetting::Line(l) => Some(l),
-        VersionSetting::Auto => None,
-    };
-    e.zone = s.dolphinscheduler.time_zone;
-    e.agents = Some((s.agent.path.clone(), s.reconcile.agent_stale_after));
-    e
-}
-
-pub fn jdbc_settings(s: &Settings) -> JdbcSettings {
-    // Empty: DS's registry lives in the [database] connection.
-    let (url, password) = match &s.jdbc_registry.url {
-        Some(u) if !u.expose().trim().is_empty() => (u.expose().to_string(), None),
-        _ => (
-            s.database.url.expose().to_string(),
-            s.database
-                .password_file
-                .as_ref()
-                .map(|f| f.secret().expose().to_string()),
-        ),
-    };
-    let mut j = JdbcSettings::new(url);
-    j.password = password;
-    j.poll_interval = s.jdbc_registry.poll_interval;
-    j.expire_after = s.jdbc_registry.expire_after;
-    j.statement_timeout = s.database.statement_timeout;
-    j.line = match s.dolphinscheduler.version {
-        VersionSetting::Line(l) => Some(l),
-        VersionSetting::Auto => None,
-    };
-    j.zone = s.dolphinscheduler.time_zone;
-    j
-}
 
 /// The MySQL/MariaDB lock name: `GET_LOCK` is server-wide, so the database
 /// is part of it (two DS databases on one server elect apart).
@@ -195,97 +121,6 @@ pub fn build(
     Ok(Arc::new(Engine::new(settings, ports, Metrics::new())))
 }
 
-/// Membership and validity, ignoring heartbeat data: a change here is worth a sweep.
-fn membership(v: &RegistryView) -> (bool, Vec<String>, Vec<String>) {
-    let mut w: Vec<String> = v.workers.keys().cloned().collect();
-    w.sort();
-    let mut m: Vec<String> = v.masters.keys().cloned().collect();
-    m.sort();
-    (matches!(v.state, ViewState::Valid { .. }), w, m)
-}
-
-/// How far ahead an instant on the engine's clock lies, as a tokio instant.
-fn to_tokio(engine: &Engine, at: reaper_core::Instant) -> tokio::time::Instant {
-    let d = (at - engine.now()).to_std().unwrap_or(Duration::ZERO);
-    tokio::time::Instant::now() + d
-}
-
-/// Bursts of membership changes (a whole rack leaving) within this window
-/// make one sweep.
-pub const COALESCE: Duration = Duration::from_millis(300);
-
-/// The sweeper loop: a sweep every `sweep_interval`, at each grace or settle
-/// deadline, and shortly after membership changes; systemd watchdog pings.
-pub async fn sweeper(engine: SharedEngine, cancel: CancellationToken) {
-    let mut views = engine.watch();
-    let interval = engine
-        .settings
-        .reconcile
-        .sweep_interval
-        .max(Duration::from_millis(100));
-    let mut next_tick = tokio::time::Instant::now() + interval;
-    let mut last = membership(&engine.view());
-    let mut lost_seen: std::collections::HashSet<String> =
-        engine.view().lost_workers.keys().cloned().collect();
-    let mut watchdog = tokio::time::interval(Duration::from_secs(5));
-    let mut ready_sent = false;
-    let mut pending_event: Option<tokio::time::Instant> = None;
-    loop {
-        let view = engine.view();
-        let deadline = next_deadline(&view, &engine.settings, engine.now())
-            .map(|d| to_tokio(&engine, d) + Duration::from_millis(20));
-        let mut wake = next_tick;
-        for d in [deadline, pending_event].into_iter().flatten() {
-            wake = wake.min(d);
-        }
-        tokio::select! {
-            _ = cancel.cancelled() => break,
-            _ = tokio::time::sleep_until(wake) => {
-                let trigger = if pending_event.is_some_and(|p| p <= tokio::time::Instant::now()) {
-                    Trigger::Event
-                } else {
-                    Trigger::Tick
-                };
-                pending_event = None;
-                if tokio::time::Instant::now() >= next_tick {
-                    next_tick = tokio::time::Instant::now() + interval;
-                }
-                engine.sweep(trigger).await;
-            }
-            changed = views.changed() => {
-                if !changed {
-                    // the registry loop ended (shutdown): keep ticking until cancelled
-                    views = engine.watch();
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    continue;
-                }
-                let v = engine.view();
-                // A host counts once per loss: re-listings after a reconnect
-                // restamp absent hosts but do not lose them again.
-                let now_lost: std::collections::HashSet<String> = v.lost_workers.keys().cloned().collect();
-                let new = now_lost.difference(&lost_seen).count();
-                engine.metrics.workers_lost_total.inc_by(new as u64);
-                lost_seen = now_lost;
-                let m = membership(&v);
-                if m != last {
-                    last = m;
-                    pending_event.get_or_insert(tokio::time::Instant::now() + COALESCE);
-                }
-            }
-            _ = watchdog.tick() => {
-                // From the sweeper loop, so a hung loop stops the pings and
-                // systemd restarts us.
-                let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]);
-                if !ready_sent && crate::http::not_ready(&engine).await.is_none() {
-                    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
-                    tracing::info!("ready: registry view valid and database answering");
-                    ready_sent = true;
-                }
-            }
-        }
-    }
-}
-
 pub async fn shutdown_signal() {
     #[cfg(unix)]
     {
@@ -368,40 +203,6 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
-}
-
-/// The agent's settings from `[agent]`, `[zookeeper]` and `[dolphinscheduler]`.
-pub fn agent_settings(s: &Settings) -> anyhow::Result<reaper_agent::AgentSettings> {
-    use reaper_agent::{AgentRegistry, AgentSettings, ZkTarget};
-    let registry = match s.registry.kind {
-        RegistryKind::Zookeeper => {
-            let mut t = ZkTarget::new(s.zookeeper.connect.clone(), s.zookeeper.root.clone());
-            t.session_timeout = s.zookeeper.session_timeout;
-            AgentRegistry::ZooKeeper(t)
-        }
-        RegistryKind::Etcd => AgentRegistry::Etcd(reaper_agent::EtcdTarget(etcd_settings(s))),
-        RegistryKind::Jdbc => anyhow::bail!(
-            "registry.type = \"jdbc\": agents publish through ZooKeeper or etcd only (SPEC §12)"
-        ),
-    };
-    let mut a = AgentSettings::new(registry);
-    a.worker = match &s.agent.worker {
-        crate::config::AgentWorker::Auto => None,
-        crate::config::AgentWorker::Named(n) => Some(n.clone()),
-    };
-    a.exec_base = s.agent.exec_base.clone();
-    a.process_dir = s.agent.process_dir.clone();
-    a.task_log_base = s.agent.task_log_base.clone();
-    a.scan_interval = s.agent.scan_interval;
-    a.path = s.agent.path.clone();
-    a.listen = s.agent.listen;
-    a.allow_kill = s.agent.allow_kill;
-    a.kill_grace = s.agent.kill_grace;
-    a.line = match s.dolphinscheduler.version {
-        VersionSetting::Line(l) => Some(l),
-        VersionSetting::Auto => None,
-    };
-    Ok(a)
 }
 
 /// `ds-reaper agent`: until SIGTERM/SIGINT.

@@ -1,7 +1,7 @@
 //! HTTP (SPEC §8): metrics, probes, the JSON API and a small status page.
 
 pub use crate::api::parse_reap_request;
-use crate::engine::{ReapError, SharedEngine, Trigger};
+use crate::engine::{Error as EngineError, ReapError, SharedEngine, Trigger};
 use crate::views::{StatusView, WorkflowView, ZombieView};
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -94,7 +94,10 @@ pub async fn not_ready(e: &SharedEngine) -> Option<String> {
 }
 
 async fn readyz(State(e): State<SharedEngine>) -> Response {
-    match not_ready(&e).await {
+    // A read the store cannot serve as asked (a schema mismatch) is shown
+    // here too: the database answers, but not what a sweep asks of it.
+    let read_fault = || e.read_error().map(|why| format!("database: {why}"));
+    match not_ready(&e).await.or_else(read_fault) {
         None => (
             StatusCode::OK,
             format!("ready (registry: {})\n", e.registry_kind()),
@@ -197,23 +200,42 @@ async fn reap(
         Ok(r) => r,
         Err(msg) => return error(StatusCode::BAD_REQUEST, msg),
     };
-    let task_id = req.task_id;
     match e.reap(&req).await {
         Ok(rec) => Json(rec).into_response(),
-        Err(ReapError::NotFound(_)) => {
-            error(StatusCode::NOT_FOUND, format!("task {task_id} not found"))
+        Err(err) => err.into_response(),
+    }
+}
+
+/// SPEC §8's statuses for a reap that was not done.
+impl IntoResponse for ReapError {
+    fn into_response(self) -> Response {
+        match self {
+            ReapError::NotFound(_) => error(StatusCode::NOT_FOUND, self.to_string()),
+            ReapError::Refused(_) | ReapError::LostRace(_) => {
+                error(StatusCode::CONFLICT, self.to_string())
+            }
+            ReapError::Unavailable(_) => error(StatusCode::SERVICE_UNAVAILABLE, self.to_string()),
+            ReapError::NotLeader(leader) => (
+                StatusCode::CONFLICT,
+                Json(serde_json::json!({"error": "not the leader", "leader": leader})),
+            )
+                .into_response(),
         }
-        Err(err @ (ReapError::Refused(_) | ReapError::LostRace(_))) => {
-            error(StatusCode::CONFLICT, err.to_string())
-        }
-        Err(err @ ReapError::Unavailable(_)) => {
-            error(StatusCode::SERVICE_UNAVAILABLE, err.to_string())
-        }
-        Err(ReapError::NotLeader(leader)) => (
-            StatusCode::CONFLICT,
-            Json(serde_json::json!({"error": "not the leader", "leader": leader})),
-        )
-            .into_response(),
+    }
+}
+
+/// The engine could not judge: the registry or the database is not there
+/// (503), or the store cannot serve what was asked (500), or does not do it
+/// at all (501).
+impl IntoResponse for EngineError {
+    fn into_response(self) -> Response {
+        use reaper_core::ports::PortErrorKind as Kind;
+        let code = match self.port_kind() {
+            None | Some(Kind::Unavailable) => StatusCode::SERVICE_UNAVAILABLE,
+            Some(Kind::Invalid) => StatusCode::INTERNAL_SERVER_ERROR,
+            Some(Kind::Unsupported) => StatusCode::NOT_IMPLEMENTED,
+        };
+        error(code, self.to_string())
     }
 }
 

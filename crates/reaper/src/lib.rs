@@ -4,11 +4,12 @@
 //!
 //! # Layout
 //! - [`cli`]: commands and exit codes; [`config`]: the validated settings.
-//! - [`app`]: building the adapters, the `run` loop, shutdown.
+//! - [`app`]: building the engine on the adapters, `run`, shutdown.
 //! - [`engine`]: one sweep, one reap, `check` — shared by all entry points.
 //! - [`http`]: the API; [`page`]: the status page; [`views`]: the typed
 //!   shapes both show; [`metrics`]; [`audit`]; [`telemetry`].
-//! - [`testkit`]: in-memory ports for in-process engine tests.
+//! - `testkit`: in-memory ports for in-process engine tests (tests and the
+//!   `testkit` feature only).
 
 pub mod api;
 #[cfg(feature = "daemon")]
@@ -28,7 +29,7 @@ pub mod metrics;
 pub mod page;
 #[cfg(feature = "daemon")]
 pub mod telemetry;
-#[cfg(feature = "daemon")]
+#[cfg(all(feature = "daemon", any(test, feature = "testkit")))]
 #[doc(hidden)]
 pub mod testkit;
 #[cfg(feature = "daemon")]

@@ -44,6 +44,8 @@ pub struct MemStore {
     on_read: Mutex<Option<Hook<()>>>,
     on_write: Mutex<Option<Hook<[TaskWrite]>>>,
     workflows: Mutex<BTreeMap<i64, WorkflowCandidate>>,
+    /// What workflow reads answer instead of the rows, while set.
+    workflow_fault: Mutex<Option<PortError>>,
     ends: Mutex<BTreeMap<i64, Instant>>,
 }
 
@@ -58,6 +60,7 @@ impl MemStore {
             on_read: Mutex::new(None),
             on_write: Mutex::new(None),
             workflows: Mutex::new(BTreeMap::new()),
+            workflow_fault: Mutex::new(None),
             ends: Mutex::new(BTreeMap::new()),
         })
     }
@@ -115,6 +118,11 @@ impl MemStore {
     /// The next write of this row loses its race (the row changed under it).
     pub fn lose_race(&self, id: i64) {
         lock(&self.lose).insert(id);
+    }
+
+    /// Workflow reads fail with `e` (None: they read again).
+    pub fn fail_workflow_reads(&self, e: Option<PortError>) {
+        *lock(&self.workflow_fault) = e;
     }
 
     pub fn fail_writes(&self, on: bool) {
@@ -211,7 +219,7 @@ impl TaskStore for MemStore {
                 h(writes);
             }
             if self.fail_writes.load(Ordering::SeqCst) {
-                return Err(PortError::Unavailable("database down (test)".into()));
+                return Err(PortError::unavailable("database down (test)"));
             }
             let mut rows = lock(&self.rows);
             let mut lose = lock(&self.lose);
@@ -249,11 +257,11 @@ impl TaskStore for MemStore {
             if self.fail_writes.load(Ordering::SeqCst) {
                 lock(&self.calls)
                     .push(StoreCall::Write(writes.iter().map(|w| w.seen.id).collect()));
-                return Err(PortError::Unavailable("database down (test)".into()));
+                return Err(PortError::unavailable("database down (test)"));
             }
             before_write
                 .await
-                .map_err(|e| PortError::Invalid(format!("not written: {e}")))?;
+                .map_err(|e| PortError::invalid(format!("not written: {e}")))?;
             self.write_tasks(line, writes).await
         })
     }
@@ -318,6 +326,9 @@ impl TaskStore for MemStore {
         _scan: Scan,
     ) -> BoxFuture<'a, Result<Vec<WorkflowCandidate>, PortError>> {
         Box::pin(async move {
+            if let Some(e) = lock(&self.workflow_fault).clone() {
+                return Err(e);
+            }
             Ok(lock(&self.workflows)
                 .values()
                 .filter(|w| states.contains(&w.state))

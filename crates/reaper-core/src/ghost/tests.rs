@@ -96,7 +96,7 @@ fn row(id: i64, state: i32, flag: i32, host: &str, end: Option<i64>) -> GhostRow
 /// Sweeps repeatedly, carrying memory and safety state like the engine.
 struct Sweeper {
     memory: GhostMemory,
-    state: SafetyState,
+    budget: Budget,
     p: GhostPolicy,
     outstanding: BTreeSet<(String, i64)>,
 }
@@ -105,10 +105,11 @@ impl Sweeper {
     fn new() -> Self {
         Sweeper {
             memory: GhostMemory::new(),
-            state: SafetyState {
-                bucket: Some(TokenBucket::full(120, t(0))),
-                ..SafetyState::default()
-            },
+            budget: Budget::new(
+                policy().max_actions_per_sweep,
+                policy().startup_settle,
+                Some(TokenBucket::full(120, t(0))),
+            ),
             p: policy(),
             outstanding: BTreeSet::new(),
         }
@@ -129,11 +130,11 @@ impl Sweeper {
             &self.memory,
             t(now),
             &self.p,
-            0,
-            &self.state,
+            &mut self.budget,
         );
         self.memory = pl.memory;
-        self.state = pl.next;
+        // a new sweep: the cap starts over, the bucket carries on
+        self.budget.taken = 0;
         for g in pl
             .ghosts
             .iter()
@@ -388,7 +389,7 @@ fn kill_orders_are_decided_under_the_brake_the_cap_and_the_rate_limit() {
 
     let mut s = Sweeper::new();
     s.p.action = GhostAction::Kill;
-    s.p.max_actions_per_sweep = 2;
+    s.budget.cap = 2;
     let g = last(&mut s);
     assert_eq!(g.len(), 5);
     assert_eq!(
@@ -401,7 +402,7 @@ fn kill_orders_are_decided_under_the_brake_the_cap_and_the_rate_limit() {
 
     let mut s = Sweeper::new();
     s.p.action = GhostAction::Kill;
-    s.state.bucket = Some(TokenBucket {
+    s.budget.bucket = Some(TokenBucket {
         tokens: 1.0,
         updated: t(0),
     });
@@ -410,7 +411,7 @@ fn kill_orders_are_decided_under_the_brake_the_cap_and_the_rate_limit() {
     let mut g = Vec::new();
     for at in (40..=120).step_by(10) {
         send(&mut v, at, &tasks);
-        s.state.bucket = Some(TokenBucket {
+        s.budget.bucket = Some(TokenBucket {
             tokens: 1.0,
             updated: t(at + 1),
         });
@@ -426,11 +427,11 @@ fn kill_orders_are_decided_under_the_brake_the_cap_and_the_rate_limit() {
 
     let mut s = Sweeper::new();
     s.p.action = GhostAction::Kill;
-    s.state.brake = BrakeState {
+    s.budget.set_brake(&BrakeState {
         engaged_since: Some(t(0)),
         why: Some("test".into()),
         clear_since: None,
-    };
+    });
     let g = last(&mut s);
     assert!(g
         .iter()
@@ -438,7 +439,7 @@ fn kill_orders_are_decided_under_the_brake_the_cap_and_the_rate_limit() {
 
     let mut s = Sweeper::new();
     s.p.action = GhostAction::Kill;
-    s.state.hold = Some("not the leader".into());
+    s.budget.hold = Some("not the leader".into());
     let g = last(&mut s);
     assert!(g
         .iter()
@@ -517,8 +518,7 @@ fn an_id_not_read_is_never_taken_for_a_vanished_row() {
             &memory,
             t(at + 1),
             &p,
-            0,
-            &SafetyState::default(),
+            &mut Budget::new(p.max_actions_per_sweep, p.startup_settle, None),
         );
         assert!(pl.ghosts.is_empty());
         memory = pl.memory;
@@ -551,8 +551,7 @@ fn check_judges_in_one_look_from_the_rows_end() {
         &memory,
         t(121),
         &p,
-        0,
-        &SafetyState::default(),
+        &mut Budget::new(p.max_actions_per_sweep, p.startup_settle, None),
     );
     assert_eq!(pl.ghosts.len(), 1);
     assert_eq!(pl.ghosts[0].task_id, 1);
@@ -567,8 +566,7 @@ fn check_judges_in_one_look_from_the_rows_end() {
         &memory,
         t(90),
         &p,
-        0,
-        &SafetyState::default(),
+        &mut Budget::new(p.max_actions_per_sweep, p.startup_settle, None),
     );
     assert!(pl.ghosts.is_empty());
 }

@@ -1,5 +1,6 @@
 use super::*;
 use crate::policy::Rule;
+use crate::policy::UnseenAbsence;
 use crate::view::NodeInfo;
 use crate::ViewState;
 use chrono::TimeZone;
@@ -393,15 +394,36 @@ fn report_policy_never_acts() {
 fn hold_blocks_everything() {
     let v = view(LIVE, &[]);
     let p = acting(DsLine::V3_2);
-    let st = SafetyState {
-        hold: Some("not the leader".into()),
-        ..SafetyState::default()
-    };
-    let pl = plan(&v, &[task(1, None, -10_000)], t(1000), &p, &st);
+    let st = SafetyState::default();
+    let mut budget = crate::Budget::for_sweep(&st, &p, t(1000)).held(Some("not the leader".into()));
+    let before = budget.clone();
+    let pl = plan_within(&v, &[task(1, None, -10_000)], t(1000), &p, &st, &mut budget);
     assert_eq!(
         only(&pl).disposition,
         Disposition::Blocked(Blocked::Hold("not the leader".into()))
     );
+    assert_eq!(budget, before, "nothing admitted under a hold");
+}
+
+#[test]
+fn the_plan_wakes_at_the_next_grace_or_settle_deadline() {
+    let mut v = view(LIVE, &[]);
+    let p = acting(DsLine::V3_2);
+    let grace = p.grace_period;
+    let pl = plan(&v, &[], t(1), &p, &SafetyState::default());
+    let settle_end = t(0) + crate::delta(p.startup_settle);
+    assert_eq!(pl.wake, Some(settle_end.min(t(0) + crate::delta(grace))));
+    v.remove(NodeKind::Worker, LIVE[0].0, t(5000));
+    let pl = plan(&v, &[], t(5001), &p, &SafetyState::default());
+    assert_eq!(pl.wake, Some(t(5000) + crate::delta(grace)));
+    let pl = plan(
+        &v,
+        &[],
+        t(5000) + crate::delta(grace),
+        &p,
+        &SafetyState::default(),
+    );
+    assert_eq!(pl.wake, None, "every deadline passed");
 }
 
 #[test]

@@ -1,4 +1,5 @@
 use super::*;
+use crate::plan::Blocked;
 use crate::view::NodeInfo;
 use crate::{TokenBucket, ViewState};
 use chrono::TimeZone;
@@ -33,11 +34,8 @@ fn recovering() -> WorkflowPolicy {
     }
 }
 
-fn safety() -> SafetyState {
-    SafetyState {
-        bucket: Some(TokenBucket::full(120, t(0))),
-        ..SafetyState::default()
-    }
+fn budget(settle: Duration) -> Budget {
+    Budget::new(50, settle, Some(TokenBucket::full(120, t(0))))
 }
 
 fn run(
@@ -46,18 +44,7 @@ fn run(
     now: i64,
     p: &WorkflowPolicy,
 ) -> Vec<WorkflowFinding> {
-    plan_workflows(
-        v,
-        w,
-        t(now),
-        DsLine::V3_2,
-        p,
-        Duration::ZERO,
-        50,
-        0,
-        &safety(),
-    )
-    .0
+    plan_workflows(v, w, t(now), DsLine::V3_2, p, &mut budget(Duration::ZERO))
 }
 
 #[test]
@@ -159,62 +146,51 @@ fn rules_and_the_shared_budget() {
     assert_eq!(f[0].action, WorkflowAction::Report);
     assert_eq!(f[1].action, WorkflowAction::Recover);
     // the task plan used the sweep's budget: blocked
-    let (f, _) = plan_workflows(
-        &v,
-        std::slice::from_ref(&b),
-        t(5000),
-        DsLine::V3_2,
-        &recovering(),
-        Duration::ZERO,
-        3,
-        3,
-        &safety(),
-    );
-    assert_eq!(f[0].disposition, Disposition::Blocked(Blocked::SweepCap));
+    let judge = |budget: &mut Budget| {
+        plan_workflows(
+            &v,
+            std::slice::from_ref(&b),
+            t(5000),
+            DsLine::V3_2,
+            &recovering(),
+            budget,
+        )[0]
+        .disposition
+        .clone()
+    };
+    let mut used = budget(Duration::ZERO);
+    used.cap = 3;
+    used.taken = 3;
+    assert_eq!(judge(&mut used), Disposition::Blocked(Blocked::SweepCap));
     // an empty bucket, a hold, a brake, settling
-    let mut s = safety();
-    s.bucket = Some(TokenBucket::full(0, t(0)));
-    let (f, _) = plan_workflows(
-        &v,
-        std::slice::from_ref(&b),
-        t(5000),
-        DsLine::V3_2,
-        &recovering(),
-        Duration::ZERO,
-        50,
-        0,
-        &s,
-    );
-    assert_eq!(f[0].disposition, Disposition::Blocked(Blocked::RateLimit));
-    let mut s = safety();
-    s.hold = Some("not the leader".into());
-    let (f, _) = plan_workflows(
-        &v,
-        std::slice::from_ref(&b),
-        t(5000),
-        DsLine::V3_2,
-        &recovering(),
-        Duration::ZERO,
-        50,
-        0,
-        &s,
-    );
+    let mut empty = budget(Duration::ZERO);
+    empty.bucket = Some(TokenBucket::full(0, t(0)));
+    assert_eq!(judge(&mut empty), Disposition::Blocked(Blocked::RateLimit));
+    let mut held = budget(Duration::ZERO).held(Some("not the leader".into()));
     assert!(matches!(
-        f[0].disposition,
+        judge(&mut held),
         Disposition::Blocked(Blocked::Hold(_))
     ));
-    let (f, _) = plan_workflows(
-        &v,
-        std::slice::from_ref(&b),
-        t(5000),
-        DsLine::V3_2,
-        &recovering(),
-        Duration::from_secs(9000),
-        50,
-        0,
-        &safety(),
+    let mut braked = budget(Duration::ZERO);
+    braked.set_brake(&crate::BrakeState {
+        engaged_since: Some(t(0)),
+        why: Some("lost".into()),
+        clear_since: None,
+    });
+    assert_eq!(
+        judge(&mut braked),
+        Disposition::Blocked(Blocked::Brake("lost".into()))
     );
-    assert_eq!(f[0].disposition, Disposition::Blocked(Blocked::Settling));
+    assert_eq!(
+        judge(&mut budget(Duration::from_secs(9000))),
+        Disposition::Blocked(Blocked::Settling)
+    );
+    let mut open = budget(Duration::ZERO);
+    assert_eq!(judge(&mut open), Disposition::Act);
+    assert_eq!(
+        open.taken, 1,
+        "the admitted write counts in the sweep's budget"
+    );
     // an invalid view judges nothing
     let mut inv = v.clone();
     inv.state = ViewState::Invalid {
@@ -265,7 +241,7 @@ fn run_on(
     line: DsLine,
     settle: Duration,
 ) -> Vec<WorkflowFinding> {
-    plan_workflows(v, w, t(now), line, &recovering(), settle, 50, 0, &safety()).0
+    plan_workflows(v, w, t(now), line, &recovering(), &mut budget(settle))
 }
 
 #[test]

@@ -15,8 +15,11 @@
 //! - [`values`]: how single values are read (durations, lists, paths, ranges).
 //! - [`redact`]: secrets, and the redacted TOML of `config check`.
 //! - `policy`: what the daemon derives from the settings (policy, live states).
+//! - [`adapters`]: the adapters' and the agent's settings.
 //! - here: loading, the environment, and the key-by-key check.
 
+#[cfg(feature = "daemon")]
+pub mod adapters;
 pub mod choices;
 mod policy;
 pub mod redact;

@@ -349,10 +349,14 @@ fn agent_kill_keys_default_off_and_are_validated() {
     assert!(s.agent.allow_kill);
     assert_eq!(s.agent.kill_grace, Duration::from_secs(30));
     // and so `ds-reaper agent` runs
-    let a = crate::app::agent_settings(&s).unwrap();
+    let a = crate::config::adapters::agent_settings(&s).unwrap();
     assert!(a.allow_kill);
     assert_eq!(a.kill_grace, Duration::from_secs(30));
-    assert!(!crate::app::agent_settings(&d).unwrap().allow_kill);
+    assert!(
+        !crate::config::adapters::agent_settings(&d)
+            .unwrap()
+            .allow_kill
+    );
     let e = load_text("[agent]\nallow_kill = \"maybe\"\nkill_grace = \"0s\"\n").unwrap_err();
     let all = e.to_string();
     assert!(all.contains("agent.allow_kill: invalid type"), "{all}");

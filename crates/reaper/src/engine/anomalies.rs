@@ -5,14 +5,14 @@
 //! writes to DS's database, whatever the policy says: the findings go to the
 //! status, the metrics and the audit trail (once, when first seen).
 
-use super::{Engine, SweepState};
+use super::{Engine, Error, SweepState};
 use crate::audit::{AuditEvent, Record, RecordKind};
 use crate::config::Settings;
 use reaper_core::anomaly::{
     plan_task_anomalies, plan_workflow_anomalies, Anomaly, AnomalyKind, AnomalyReport, AnomalyRows,
     AnomalySettings, STOP_STATES,
 };
-use reaper_core::ports::{PortError, Scan};
+use reaper_core::ports::{PortErrorKind, Scan};
 use reaper_core::workflow::WorkflowCandidate;
 use reaper_core::{Candidate, DsLine, Instant, RegistryView};
 use std::collections::{BTreeMap, HashSet};
@@ -27,6 +27,9 @@ pub(super) fn stopping(workflows: &[WorkflowCandidate]) -> Vec<WorkflowCandidate
         .collect()
 }
 
+/// The anomaly step's read, as `/readyz` names it when it fails.
+const ANOMALY_READ: &str = "rows of live-owner findings";
+
 fn settings_of(s: &Settings) -> AnomalySettings {
     AnomalySettings {
         dispatch_stall_after: s.reconcile.dispatch_stall_after,
@@ -40,9 +43,12 @@ impl Engine {
     /// failed read, leaves the candidates alone to judge (logged, counted).
     async fn anomaly_rows(&self, line: DsLine) -> AnomalyRows {
         match self.store.anomaly_rows(line).await {
-            Ok(r) => r,
-            Err(PortError::Invalid(why)) => {
-                tracing::debug!(%why, "anomaly rows not read");
+            Ok(r) => {
+                self.read_ok(ANOMALY_READ);
+                r
+            }
+            Err(e) if e.kind() != PortErrorKind::Unavailable => {
+                self.read_fault(ANOMALY_READ, &e);
                 AnomalyRows::default()
             }
             Err(e) => {
@@ -132,25 +138,25 @@ impl Engine {
     }
 
     /// `check`'s anomalies: one full read of its own, nothing written, nothing audited.
-    pub async fn check_anomalies(&self) -> Result<Vec<Anomaly>, String> {
+    pub async fn check_anomalies(&self) -> Result<Vec<Anomaly>, Error> {
         let line = {
             let mut st = self.state.lock().await;
             self.line(&mut st).await?.0
         };
         let view = self.registry.view();
         if !view.is_valid() {
-            return Err("the registry view is not valid".into());
+            return Err(Error::ViewInvalid);
         }
         let (states, _) = self.settings.live_states(line);
         let candidates = self
             .store
             .scan_once(line, &states)
             .await
-            .map_err(|e| format!("reading candidates: {e}"))?;
+            .map_err(Error::port("reading candidates"))?;
         let rows = match self.store.anomaly_rows(line).await {
             Ok(r) => r,
-            Err(PortError::Invalid(_)) => AnomalyRows::default(),
-            Err(e) => return Err(format!("reading the rows of live-owner findings: {e}")),
+            Err(e) if e.kind() == PortErrorKind::Unsupported => AnomalyRows::default(),
+            Err(e) => return Err(Error::port("reading the rows of live-owner findings")(e)),
         };
         let now = self.now();
         let settings = settings_of(&self.settings);
@@ -165,8 +171,8 @@ impl Engine {
                 .await
             {
                 Ok(w) => w,
-                Err(PortError::Invalid(_)) => Vec::new(),
-                Err(e) => return Err(format!("reading workflow instances: {e}")),
+                Err(e) if e.kind() == PortErrorKind::Unsupported => Vec::new(),
+                Err(e) => return Err(Error::port("reading workflow instances")(e)),
             };
             report.anomalies.extend(plan_workflow_anomalies(
                 &view,

@@ -6,18 +6,22 @@
 //! when the agent's report answers, then the node removed. Nothing of DS's
 //! database is ever written for a ghost.
 
-use super::{Engine, Gate, SweepState};
+use super::sweep::Judged;
+use super::{Engine, Error, SweepState};
 use crate::audit::{AuditEvent, Record, RecordKind};
 use reaper_core::ghost::{self, Ghost, GhostMemory, GhostRow};
 use reaper_core::order::{KillOrder, OrderOutcome};
-use reaper_core::ports::PortError;
-use reaper_core::{Disposition, DsLine, Instant, RegistryView, SafetyState};
+use reaper_core::ports::PortErrorKind;
+use reaper_core::{Budget, Disposition, DsLine, Instant, RegistryView};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 /// Answers already audited are remembered this long, so that a report read
 /// twice is audited once.
 const ANSWERED_KEEP: usize = 10_000;
+
+/// The ghost step's read, as `/readyz` names it when it fails.
+const GHOST_READ: &str = "rows of the listed tasks";
 
 /// What the ghost part of the sweeps remembers.
 #[derive(Default)]
@@ -125,6 +129,7 @@ impl Engine {
         };
         match found {
             Ok(found) => {
+                self.read_ok(GHOST_READ);
                 let bad: BTreeSet<i64> = found.undecodable.into_iter().collect();
                 rows.extend(found.rows.into_iter().map(|r| (r.row.id, r)));
                 Some(Listed {
@@ -133,8 +138,8 @@ impl Engine {
                     orders,
                 })
             }
-            Err(PortError::Invalid(why)) => {
-                tracing::debug!(%why, "listed tasks not read: no ghost is judged");
+            Err(e) if e.kind() != PortErrorKind::Unavailable => {
+                self.read_fault(GHOST_READ, &e);
                 None
             }
             Err(e) => {
@@ -147,22 +152,20 @@ impl Engine {
 
     /// `check`'s ghosts: judged in one look (SPEC §15), counting from the
     /// row's end time and the agents' kept reports; nothing is ordered.
-    pub async fn check_ghosts(&self, line: DsLine) -> Result<Vec<Ghost>, String> {
+    pub async fn check_ghosts(&self, line: DsLine) -> Result<Vec<Ghost>, Error> {
         let Some(listed) = self.read_listed(line, &[]).await else {
             return Ok(Vec::new());
         };
         let view = self.registry.view();
         if !view.is_valid() {
-            return Err("the registry view is not valid".into());
+            return Err(Error::ViewInvalid);
         }
         let now = self.now();
         let mut policy = self.settings.ghost_policy(line);
         policy.startup_settle = std::time::Duration::ZERO;
         let memory = ghost::check_memory(&view, &listed.rows, now, &policy);
-        let safety = SafetyState {
-            hold: Some("check never writes".into()),
-            ..SafetyState::default()
-        };
+        let mut budget = Budget::new(policy.max_actions_per_sweep, policy.startup_settle, None)
+            .held(Some("check never writes".into()));
         let outstanding = outstanding(&listed);
         let mut ghosts = ghost::plan_ghosts(
             &view,
@@ -172,8 +175,7 @@ impl Engine {
             &memory,
             now,
             &policy,
-            0,
-            &safety,
+            &mut budget,
         )
         .ghosts;
         self.ghost_remote_apps(&mut ghosts, &view, &mut Default::default())
@@ -204,29 +206,25 @@ impl Engine {
             .map_err(|e| e.to_string())
     }
 
-    /// Judges the listed tasks, publishes the ghosts, orders the kills the
-    /// plan allows and audits the agents' answers. Returns the safety state
-    /// after its orders (the bucket they took).
-    #[allow(clippy::too_many_arguments)]
+    /// The sweep's `ghosts` step: judges the listed tasks (within the
+    /// sweep's budget, after the task and workflow writes), publishes the
+    /// ghosts, orders the kills the plan allows and audits the agents' answers.
     pub(super) async fn sweep_ghosts(
         &self,
         st: &mut SweepState,
         line: DsLine,
         listed: Option<Listed>,
-        view: &RegistryView,
-        now: Instant,
-        gate: Gate,
-        mut safety: SafetyState,
-        taken: usize,
-        remote: &mut super::remote::Answers,
-    ) -> SafetyState {
+        judged: &mut Judged,
+    ) {
         let Some(listed) = listed else {
-            return safety;
+            return;
         };
+        let (view, now) = (&judged.view, judged.now);
         let outstanding = outstanding(&listed);
-        let hold_before = safety.hold.clone();
-        if listed.orders.is_none() && safety.hold.is_none() {
-            safety.hold = Some("the kill orders in the registry cannot be read".into());
+        // An order may be outstanding unseen: none is written, for this step only.
+        let hold = judged.budget.hold.clone();
+        if listed.orders.is_none() && hold.is_none() {
+            judged.budget.hold = Some("the kill orders in the registry cannot be read".into());
         }
         let policy = self.settings.ghost_policy(line);
         let plan = ghost::plan_ghosts(
@@ -237,14 +235,13 @@ impl Engine {
             &st.ghosts.memory,
             now,
             &policy,
-            taken,
-            &safety,
+            &mut judged.budget,
         );
-        let mut next = plan.next;
-        next.hold = hold_before;
+        judged.budget.hold = hold;
         st.ghosts.memory = plan.memory;
         let mut ghosts = plan.ghosts;
-        self.ghost_remote_apps(&mut ghosts, view, remote).await;
+        self.ghost_remote_apps(&mut ghosts, view, &mut judged.remote)
+            .await;
         let ghosts = Arc::new(ghosts);
         self.record_ghosts(st, &ghosts, line, now).await;
         self.metrics.ghosts.set(ghosts.len() as i64);
@@ -256,13 +253,12 @@ impl Engine {
             }
         }
         for g in ghosts.iter().filter(|g| g.disposition == Disposition::Act) {
-            if let Err(why) = self.gate_open(&gate) {
+            if let Err(why) = self.gate_open(&judged.gate) {
                 tracing::warn!(%why, "no more kill orders in this sweep");
                 break;
             }
             self.order(st, g, view, line, now).await;
         }
-        next
     }
 
     /// Audits new ghosts once (`detected`, kind `process`); forgets those

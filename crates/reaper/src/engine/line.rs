@@ -1,7 +1,7 @@
 //! Which DS line to work with (SPEC §2): explicit, or detected from the
 //! schema and the registry, with a hold when the two disagree.
 
-use super::{Engine, SweepState};
+use super::{Engine, Error, SweepState};
 use crate::config::VersionSetting;
 use reaper_core::ports::SchemaInfo;
 use reaper_core::registry::Detected;
@@ -52,7 +52,7 @@ impl Engine {
     pub(super) async fn line(
         &self,
         st: &mut SweepState,
-    ) -> Result<(DsLine, Option<String>), String> {
+    ) -> Result<(DsLine, Option<String>), Error> {
         let setting = self.settings.dolphinscheduler.version;
         if st.schema.is_none() && setting == VersionSetting::Auto {
             match self.store.detect().await {
@@ -63,13 +63,13 @@ impl Engine {
                 }
                 Err(e) => {
                     self.db_failed(&e);
-                    return Err(format!("reading the schema: {e}"));
+                    return Err(Error::port("reading the schema")(e));
                 }
             }
         }
         let detected = self.registry.detected();
         let (line, hold) = resolve_line(setting, st.schema.as_ref(), &detected);
-        let line = line.ok_or_else(|| "the DS line is not known yet".to_string())?;
+        let line = line.ok_or(Error::LineUnknown)?;
         if hold != st.warned_line {
             match &hold {
                 Some(h) => tracing::warn!("{h}"),

@@ -2,7 +2,11 @@
 //! the ports (`reaper_core::ports`), shared by the daemon (`run`), `check`,
 //! `reap` and the HTTP API so that they all judge and write the same way.
 //!
-//! - [`sweep`]: reading candidates, planning, detection and brake records.
+//! - [`sweep`]: one sweep in named steps, read → judge → publish → act →
+//!   workflows → ghosts, top to bottom; [`records`]: what it audits of them.
+//! - [`driver`]: when sweeps run (the interval, grace and settle deadlines,
+//!   membership changes).
+//! - [`check`]: `check`'s judgement, nothing written.
 //! - [`act`]: intent → conditional write → outcome, then the follow-ups.
 //! - [`reap`]: the manual form for one task, through the same pipeline.
 //! - [`line`]: which DS line to work with.
@@ -10,11 +14,15 @@
 
 mod act;
 mod anomalies;
+mod check;
+pub mod driver;
+mod error;
 #[cfg(test)]
 mod ghost_tests;
 mod ghosts;
 mod line;
 mod reap;
+mod records;
 mod remote;
 mod sweep;
 #[cfg(test)]
@@ -24,6 +32,7 @@ mod tests_anomalies;
 mod workflows;
 
 pub use act::ActionResult;
+pub use error::Error;
 pub use line::resolve_line;
 pub use reap::{PreparedReap, ReapError, ReapRequest};
 pub use remote::REMOTE_APP_STATES;
@@ -85,6 +94,22 @@ pub struct SweepSummary {
     pub workflows: usize,
 }
 
+impl SweepSummary {
+    /// A sweep that has judged nothing yet.
+    fn skipped(at: Instant) -> SweepSummary {
+        SweepSummary {
+            at,
+            result: SweepResult::Skipped,
+            detail: None,
+            kind: "incremental",
+            candidates: 0,
+            zombies: 0,
+            actions: 0,
+            workflows: 0,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct Status {
     pub line: Option<DsLine>,
@@ -98,6 +123,10 @@ pub struct Status {
     pub zombies_at: Option<Instant>,
     pub brake: reaper_core::BrakeState,
     pub db_error: Option<String>,
+    /// Reads of the last sweeps that the store could not serve as asked (a
+    /// schema mismatch, undecodable rows), by what was read: a fault that
+    /// `/readyz` shows, not "nothing found". Cleared by a good read.
+    pub read_errors: std::collections::BTreeMap<&'static str, String>,
     /// The workflow findings of the last sweep (SPEC §13).
     pub workflows: Arc<Vec<reaper_core::workflow::WorkflowFinding>>,
     /// The ghost processes of the last sweep (SPEC §15).
@@ -315,18 +344,32 @@ impl Engine {
         self.metrics.db_errors_total.inc();
         self.status_write().db_error = Some(e.to_string());
     }
-}
 
-/// The next instant at which a sweep could newly act: a loss leaving its grace
-/// period, or the view leaving `startup_settle`.
-pub fn next_deadline(view: &RegistryView, settings: &Settings, now: Instant) -> Option<Instant> {
-    let grace = reaper_core::delta(settings.reconcile.grace_period);
-    let since = view.valid_since()?;
-    let mut cands = vec![
-        since + reaper_core::delta(settings.reconcile.startup_settle),
-        since + grace,
-    ];
-    cands.extend(view.lost_workers.values().map(|t| *t + grace));
-    cands.extend(view.lost_masters.values().map(|t| *t + grace));
-    cands.into_iter().filter(|t| *t > now).min()
+    /// A read of a sweep step failed, and not for want of the database
+    /// (the caller counts that): a store without the capability is skipped
+    /// quietly; a read it cannot serve as asked (a schema mismatch) is
+    /// logged and kept for `/readyz`, not taken for "nothing found".
+    fn read_fault(&self, what: &'static str, e: &reaper_core::ports::PortError) {
+        if e.kind() == reaper_core::ports::PortErrorKind::Unsupported {
+            tracing::debug!(error = %e, "{what}: not read by this store");
+        } else {
+            tracing::warn!(error = %e, kind = e.metric_label(), "{what} cannot be read; left out of this sweep");
+            self.status_write().read_errors.insert(what, e.to_string());
+        }
+    }
+
+    /// A read of a sweep step succeeded: a fault it had is over.
+    fn read_ok(&self, what: &'static str) {
+        let cleared = self.status_read().read_errors.contains_key(what);
+        if cleared {
+            self.status_write().read_errors.remove(what);
+        }
+    }
+
+    /// The first read fault `/readyz` shows, if any.
+    pub fn read_error(&self) -> Option<String> {
+        let s = self.status_read();
+        let (what, e) = s.read_errors.iter().next()?;
+        Some(format!("{what}: {e}"))
+    }
 }

@@ -26,6 +26,13 @@ pub enum ReapError {
     NotLeader(Option<String>),
 }
 
+/// The engine could not judge (the line, a read): retry later.
+impl From<super::Error> for ReapError {
+    fn from(e: super::Error) -> ReapError {
+        ReapError::Unavailable(e.to_string())
+    }
+}
+
 pub use crate::api::ReapRequest;
 
 /// A judged reap, ready to write.
@@ -65,7 +72,7 @@ impl Engine {
                 "the registry view is not valid ({reason})"
             )));
         }
-        let (line, line_hold) = self.line(&mut st).await.map_err(ReapError::Unavailable)?;
+        let (line, line_hold) = self.line(&mut st).await?;
         drop(st);
         if let Some(h) = line_hold {
             return Err(ReapError::Refused(h));

@@ -1,20 +1,295 @@
-//! One sweep: read candidates, take the view, plan, record, act.
+//! One sweep, top to bottom, in named steps:
+//!
+//! `read` (line, candidates, the tasks agents list) → `judge` (the view after
+//! the read, the task plan, detection and brake records, remote apps) →
+//! `publish` (metrics, status) → `act` (the task writes) → the anomalies'
+//! task part → `workflows` (SPEC §13) → `ghosts` (SPEC §15) → the anomalies
+//! published (SPEC §16) → `finish`, once, whatever step stopped the sweep.
+//!
+//! The steps share one [`Budget`]: a hold, the brake, the settle, the
+//! per-sweep cap and the token bucket are judged the same way for task,
+//! workflow and ghost writes.
 
-use super::act::Item;
-use super::{Engine, Gate, SweepResult, SweepState, SweepSummary, Trigger};
-use crate::audit::{AuditEvent, Record};
+use super::act::{Item, NotWritten};
+use super::ghosts::Listed;
+use super::{ActionResult, Engine, Gate, SweepResult, SweepState, SweepSummary, Trigger};
 use reaper_core::ports::Scan;
-use reaper_core::workflow::WorkflowFinding;
-use reaper_core::{plan, Candidate, DsLine, Instant, Plan, Reason, SafetyState, UnseenAbsence};
+use reaper_core::{
+    plan_within, Budget, Candidate, Disposition, DsLine, Instant, Reason, RegistryView,
+    SafetyState, ViewState, Zombie,
+};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tracing::Instrument;
 
-/// Detection records are appended in batches of at most this many, so a
-/// mass event never builds one huge buffer.
-const DETECTED_BATCH: usize = 1000;
+/// Why a sweep ended before its last step (its summary's result and detail).
+pub(super) enum Stop {
+    /// Nothing judged (the registry view is not valid), with why, if known.
+    Skipped(Option<String>),
+    /// A read failed.
+    Failed(String),
+}
+
+/// The `read` step's result.
+struct Read {
+    line: DsLine,
+    /// Why the DS line holds writes, if it does.
+    line_hold: Option<String>,
+    states: Vec<i32>,
+    full: bool,
+    candidates: Vec<Candidate>,
+    listed: Option<Listed>,
+}
+
+/// What the `judge` step decided on, for the steps after it.
+pub(super) struct Judged {
+    pub view: Arc<RegistryView>,
+    pub now: Instant,
+    pub gate: Gate,
+    /// The sweep's admission: what the task plan left of it.
+    pub budget: Budget,
+    /// The task plan's memory for the next sweep (its bucket is the budget's).
+    next: SafetyState,
+    zombies: Arc<Vec<Zombie>>,
+    /// The ResourceManager's answers of this sweep, asked once per id for
+    /// zombies and ghosts alike (SPEC §17).
+    pub remote: super::remote::Answers,
+}
+
+impl Judged {
+    /// What the next sweep starts from: the plan's memory, the bucket as the
+    /// last step left it.
+    fn remembered(&self) -> SafetyState {
+        SafetyState {
+            bucket: self.budget.bucket,
+            ..self.next.clone()
+        }
+    }
+}
 
 impl Engine {
+    /// One pass: read, plan, and (as leader, unbraked) act. Passes run one
+    /// at a time; a pass asked for while one runs waits for it.
+    pub async fn sweep(&self, trigger: Trigger) -> SweepSummary {
+        let span = tracing::info_span!("sweep", ?trigger);
+        self.sweep_in_span().instrument(span).await
+    }
+
+    async fn sweep_in_span(&self) -> SweepSummary {
+        let mut st = self.state.lock().await;
+        let started = std::time::Instant::now();
+        let mut summary = SweepSummary::skipped(self.now());
+        if let Err(stop) = self.steps(&mut st, &mut summary).await {
+            match stop {
+                Stop::Skipped(detail) => summary.detail = detail,
+                Stop::Failed(why) => {
+                    summary.result = SweepResult::Error;
+                    summary.detail = Some(why);
+                }
+            }
+        }
+        self.finish(summary.clone(), started);
+        summary
+    }
+
+    /// The sweep's steps in order; an `Err` ends it early.
+    async fn steps(&self, st: &mut SweepState, summary: &mut SweepSummary) -> Result<(), Stop> {
+        let read = self.read(st, summary).await?;
+        let mut judged = self.judge(st, &read, summary).await?;
+        self.publish(&judged, read.candidates.len());
+        let applied = self.act_on_zombies(&judged, read.line).await;
+        let anomalies = self
+            .task_anomalies(
+                read.line,
+                &read.candidates,
+                &read.states,
+                &judged.view,
+                judged.now,
+            )
+            .await;
+        // The task rows are done with: let them go before the workflow step
+        // reads its own, so the two never add up (at 100,000 live rows each
+        // is tens of MiB).
+        let Read {
+            line,
+            full,
+            candidates,
+            listed,
+            ..
+        } = read;
+        let candidate_count = candidates.len();
+        drop(candidates);
+        let wf = self.sweep_workflows(st, line, full, &mut judged).await;
+        self.sweep_ghosts(st, line, listed, &mut judged).await;
+        self.remote_gauge(&judged.remote);
+        st.safety = judged.remembered();
+        self.publish_anomalies(st, anomalies, &wf.stopping, &judged.view, line, judged.now)
+            .await;
+
+        summary.result = SweepResult::Ok;
+        summary.candidates = candidate_count;
+        summary.zombies = judged.zombies.len();
+        summary.actions = applied + wf.actions;
+        summary.workflows = wf.findings;
+        let brake = &judged.next.brake;
+        if let (true, Some(b)) = (brake.engaged(), &brake.why) {
+            summary.detail = Some(format!("brake engaged: {b}"));
+        }
+        tracing::debug!(result = %summary.result, kind = summary.kind, candidates = summary.candidates,
+            zombies = summary.zombies, actions = summary.actions, "sweep done");
+        Ok(())
+    }
+
+    /// `read`: the line, the candidates (full or incremental), and the rows of
+    /// the tasks the agents list. Skipped while the view is not valid.
+    async fn read(&self, st: &mut SweepState, summary: &mut SweepSummary) -> Result<Read, Stop> {
+        let before = self.registry.view();
+        self.refresh_gauges(&before);
+        if let ViewState::Invalid { reason, .. } = &before.state {
+            return Err(Stop::Skipped(Some(format!(
+                "registry view invalid: {reason}"
+            ))));
+        }
+        drop(before);
+        let (line, line_hold) = self
+            .line(st)
+            .await
+            .map_err(|e| Stop::Failed(e.to_string()))?;
+        let (states, _) = self.settings.live_states(line);
+        let full = st.last_full.is_none_or(|t| {
+            (self.now() - t) >= reaper_core::delta(self.settings.reconcile.full_scan_interval)
+        });
+        summary.kind = if full { "full" } else { "incremental" };
+        let scan = if full { Scan::Full } else { Scan::Incremental };
+        let candidates = match self.store.candidates(line, &states, scan).await {
+            Ok(c) => c,
+            Err(e) => {
+                self.db_failed(&e);
+                tracing::warn!(error = %e, "sweep failed reading candidates");
+                return Err(Stop::Failed(e.to_string()));
+            }
+        };
+        if full {
+            st.last_full = Some(self.now());
+        }
+        self.status_write().db_error = None;
+        let listed = self.read_listed(line, &candidates).await;
+        Ok(Read {
+            line,
+            line_hold,
+            states,
+            full,
+            candidates,
+            listed,
+        })
+    }
+
+    /// `judge`: the task plan against a view taken after the read (SPEC
+    /// §4.1: a worker that registered during a long scan and got a task is
+    /// then known, and a host the view never saw counts from the task's own
+    /// time anyway); new zombies and brake changes audited; the remote
+    /// applications' hold (SPEC §17).
+    async fn judge(
+        &self,
+        st: &mut SweepState,
+        read: &Read,
+        summary: &mut SweepSummary,
+    ) -> Result<Judged, Stop> {
+        let view = self.registry.view();
+        self.refresh_gauges(&view);
+        let now = self.now();
+        summary.at = now;
+        let Some(valid_since) = view.valid_since() else {
+            let detail = match &view.state {
+                ViewState::Invalid { reason, .. } => {
+                    Some(format!("registry view invalid: {reason}"))
+                }
+                ViewState::Valid { .. } => None,
+            };
+            return Err(Stop::Skipped(detail));
+        };
+        let hold = match self.is_leader() {
+            false => Some("not the leader".to_string()),
+            true => read.line_hold.clone(),
+        };
+        let policy = self.settings.policy(read.line);
+        let mut budget = Budget::for_sweep(&st.safety, &policy, now).held(hold);
+        let mut plan = plan_within(
+            &view,
+            &read.candidates,
+            now,
+            &policy,
+            &st.safety,
+            &mut budget,
+        );
+        let was_engaged = st.safety.brake.engaged();
+        st.safety = plan.next.clone();
+        self.record_detection(st, &plan, &read.candidates, read.line, now)
+            .await;
+        self.record_brake(was_engaged, &plan, read.line, now).await;
+        let gate = Gate {
+            valid_since,
+            leader_only: true,
+        };
+        // SPEC §17: a task whose YARN application may still run is held.
+        let remote = self
+            .judge_remote_apps(&mut plan.zombies, &view, read.line, gate)
+            .await;
+        if read.full {
+            self.forget_remote_apps(&read.candidates, &view, now).await;
+        }
+        Ok(Judged {
+            zombies: Arc::new(std::mem::take(&mut plan.zombies)),
+            next: plan.next,
+            view,
+            now,
+            gate,
+            budget,
+            remote,
+        })
+    }
+
+    /// `publish`: the task plan's gauges and the status the API shows.
+    fn publish(&self, judged: &Judged, candidates: usize) {
+        let mut per_reason: BTreeMap<Reason, i64> = Reason::ALL.iter().map(|r| (*r, 0)).collect();
+        for z in judged.zombies.iter() {
+            *per_reason.entry(z.reason).or_default() += 1;
+        }
+        for (r, n) in per_reason {
+            self.metrics.zombies.with_label_values(&[r.as_str()]).set(n);
+        }
+        self.metrics.candidates.set(candidates as i64);
+        let brake = &judged.next.brake;
+        self.metrics.brake_engaged.set(brake.engaged() as i64);
+        let mut s = self.status_write();
+        s.zombies = judged.zombies.clone();
+        s.zombies_at = Some(judged.now);
+        s.brake = brake.clone();
+    }
+
+    /// `act`: the zombies the plan admitted, through the act pipeline.
+    /// Returns how many writes were applied.
+    async fn act_on_zombies(&self, judged: &Judged, line: DsLine) -> usize {
+        let items: Vec<Item<'_>> = judged
+            .zombies
+            .iter()
+            .filter(|z| z.disposition == Disposition::Act)
+            .map(|zombie| Item {
+                zombie,
+                forced: false,
+            })
+            .collect();
+        match self.act(&items, line, "daemon", judged.gate).await {
+            Ok(done) => done.iter().filter(|(r, _)| *r == ActionResult::Ok).count(),
+            Err(NotWritten::Gate(why) | NotWritten::Audit(why)) => {
+                tracing::warn!(%why, planned = items.len(), "nothing written in this sweep");
+                0
+            }
+        }
+    }
+
+    /// Counts the sweep and keeps its summary (and a chart point when it
+    /// judged): called once per sweep, however it ended.
     fn finish(&self, summary: SweepSummary, started: std::time::Instant) {
         let m = &self.metrics;
         m.sweeps_total
@@ -44,359 +319,5 @@ impl Engine {
             }
         }
         st.last_sweep = Some(summary);
-    }
-
-    /// One pass: read, plan, and (as leader, unbraked) act. Passes run one
-    /// at a time; a pass asked for while one runs waits for it.
-    pub async fn sweep(&self, trigger: Trigger) -> SweepSummary {
-        let span = tracing::info_span!("sweep", ?trigger);
-        self.sweep_in_span().instrument(span).await
-    }
-
-    async fn sweep_in_span(&self) -> SweepSummary {
-        let mut st = self.state.lock().await;
-        let started = std::time::Instant::now();
-        let mut summary = SweepSummary {
-            at: self.now(),
-            result: SweepResult::Skipped,
-            detail: None,
-            kind: "incremental",
-            candidates: 0,
-            zombies: 0,
-            actions: 0,
-            workflows: 0,
-        };
-        let before = self.registry.view();
-        self.refresh_gauges(&before);
-        if let reaper_core::ViewState::Invalid { reason, .. } = &before.state {
-            summary.detail = Some(format!("registry view invalid: {reason}"));
-            self.finish(summary.clone(), started);
-            return summary;
-        }
-        drop(before);
-        let (line, line_hold) = match self.line(&mut st).await {
-            Ok(x) => x,
-            Err(e) => {
-                summary.result = SweepResult::Error;
-                summary.detail = Some(e);
-                self.finish(summary.clone(), started);
-                return summary;
-            }
-        };
-        let (states, _) = self.settings.live_states(line);
-        let full = st.last_full.is_none_or(|t| {
-            (self.now() - t) >= reaper_core::delta(self.settings.reconcile.full_scan_interval)
-        });
-        summary.kind = if full { "full" } else { "incremental" };
-        let scan = if full { Scan::Full } else { Scan::Incremental };
-        let candidates = match self.store.candidates(line, &states, scan).await {
-            Ok(c) => {
-                if full {
-                    st.last_full = Some(self.now());
-                }
-                self.status_write().db_error = None;
-                c
-            }
-            Err(e) => {
-                self.db_failed(&e);
-                tracing::warn!(error = %e, "sweep failed reading candidates");
-                summary.result = SweepResult::Error;
-                summary.detail = Some(e.to_string());
-                self.finish(summary.clone(), started);
-                return summary;
-            }
-        };
-
-        let listed = self.read_listed(line, &candidates).await;
-
-        // SPEC §4.1: judge against a view taken after the read. A worker that
-        // registered during a long scan and got a task is then known, and a
-        // host the view never saw counts from the task's own time anyway.
-        let view = self.registry.view();
-        self.refresh_gauges(&view);
-        let now = self.now();
-        summary.at = now;
-        let Some(valid_since) = view.valid_since() else {
-            if let reaper_core::ViewState::Invalid { reason, .. } = &view.state {
-                summary.detail = Some(format!("registry view invalid: {reason}"));
-            }
-            self.finish(summary.clone(), started);
-            return summary;
-        };
-        let hold = if !self.is_leader() {
-            Some("not the leader".to_string())
-        } else {
-            line_hold
-        };
-        let policy = self.settings.policy(line);
-        let safety_hold = hold.clone();
-        let safety = SafetyState {
-            hold,
-            ..st.safety.clone()
-        };
-        let mut plan = plan(&view, &candidates, now, &policy, &safety);
-        let was_engaged = st.safety.brake.engaged();
-        st.safety = SafetyState {
-            hold: None,
-            ..plan.next.clone()
-        };
-
-        self.record_detection(&mut st, &plan, &candidates, line, now)
-            .await;
-        self.record_brake(was_engaged, &plan, line, now).await;
-
-        // SPEC §17: a task whose YARN application may still run is held.
-        let remote_gate = Gate {
-            valid_since,
-            leader_only: true,
-        };
-        let mut remote = self
-            .judge_remote_apps(&mut plan.zombies, &view, line, remote_gate)
-            .await;
-        if full {
-            self.forget_remote_apps(&candidates, &view, now).await;
-        }
-        let zombies = Arc::new(std::mem::take(&mut plan.zombies));
-        let mut per_reason: BTreeMap<Reason, i64> = Reason::ALL.iter().map(|r| (*r, 0)).collect();
-        for z in zombies.iter() {
-            *per_reason.entry(z.reason).or_default() += 1;
-        }
-        for (r, n) in per_reason {
-            self.metrics.zombies.with_label_values(&[r.as_str()]).set(n);
-        }
-        self.metrics.candidates.set(candidates.len() as i64);
-        self.metrics
-            .brake_engaged
-            .set(plan.next.brake.engaged() as i64);
-        {
-            let mut s = self.status_write();
-            s.zombies = zombies.clone();
-            s.zombies_at = Some(now);
-            s.brake = plan.next.brake.clone();
-        }
-
-        let items: Vec<Item<'_>> = zombies
-            .iter()
-            .filter(|z| z.disposition == reaper_core::Disposition::Act)
-            .map(|zombie| Item {
-                zombie,
-                forced: false,
-            })
-            .collect();
-        let gate = Gate {
-            valid_since,
-            leader_only: true,
-        };
-        let applied = match self.act(&items, line, "daemon", gate).await {
-            Ok(done) => done
-                .iter()
-                .filter(|(r, _)| *r == super::ActionResult::Ok)
-                .count(),
-            Err(super::act::NotWritten::Gate(why) | super::act::NotWritten::Audit(why)) => {
-                tracing::warn!(%why, planned = items.len(), "nothing written in this sweep");
-                0
-            }
-        };
-
-        // The task rows are done with: let them go before the workflow
-        // sweep reads its own, so the two never add up (at 100,000 live rows
-        // each is tens of MiB).
-        let candidate_count = candidates.len();
-        let anomalies = self
-            .task_anomalies(line, &candidates, &states, &view, now)
-            .await;
-        drop(candidates);
-
-        // Workflows after tasks: one view, one budget (SPEC §13).
-        let wf = self
-            .sweep_workflows(
-                &mut st,
-                line,
-                full,
-                &view,
-                now,
-                gate,
-                SafetyState {
-                    hold: safety_hold.clone(),
-                    ..plan.next.clone()
-                },
-                plan.action_count(),
-            )
-            .await;
-        let ghost_safety = SafetyState {
-            hold: safety_hold,
-            ..wf.next
-        };
-        let after_ghosts = self
-            .sweep_ghosts(
-                &mut st,
-                line,
-                listed,
-                &view,
-                now,
-                gate,
-                ghost_safety,
-                plan.action_count() + wf.actions,
-                &mut remote,
-            )
-            .await;
-        self.remote_gauge(&remote);
-        st.safety = SafetyState {
-            hold: None,
-            ..after_ghosts
-        };
-        self.publish_anomalies(&mut st, anomalies, &wf.stopping, &view, line, now)
-            .await;
-
-        summary.result = SweepResult::Ok;
-        summary.candidates = candidate_count;
-        summary.zombies = zombies.len();
-        summary.actions = applied + wf.actions;
-        summary.workflows = wf.findings;
-        if let Some(b) = &plan.next.brake.why {
-            if plan.next.brake.engaged() {
-                summary.detail = Some(format!("brake engaged: {b}"));
-            }
-        }
-        tracing::debug!(result = %summary.result, kind = summary.kind, candidates = summary.candidates,
-            zombies = summary.zombies, actions = summary.actions, "sweep done");
-        self.finish(summary.clone(), started);
-        summary
-    }
-
-    async fn record_detection(
-        &self,
-        st: &mut SweepState,
-        plan: &Plan,
-        candidates: &[Candidate],
-        line: DsLine,
-        now: Instant,
-    ) {
-        let mut records = Vec::new();
-        for z in &plan.zombies {
-            if st.seen.get(&z.task.id) != Some(&z.reason) {
-                st.seen.insert(z.task.id, z.reason);
-                self.metrics
-                    .zombies_detected_total
-                    .with_label_values(&[z.reason.as_str()])
-                    .inc();
-                tracing::warn!(task_id = z.task.id, reason = %z.reason, host = ?z.task.host,
-                    action = %z.action, "zombie detected");
-                records.push(self.base_record(AuditEvent::Detected, "daemon", z, line, now));
-                if records.len() >= DETECTED_BATCH {
-                    if let Err(e) = self
-                        .audit
-                        .append_blocking(std::mem::take(&mut records))
-                        .await
-                    {
-                        tracing::error!(error = %e, "cannot write the audit trail");
-                    }
-                }
-            }
-        }
-        // Forget tasks that are no longer live rows, so the map stays bounded.
-        if st.seen.len() > plan.zombies.len() {
-            let live: std::collections::HashSet<i64> = candidates.iter().map(|c| c.id).collect();
-            st.seen.retain(|id, _| live.contains(id));
-        }
-        if let Err(e) = self.audit.append_blocking(records).await {
-            tracing::error!(error = %e, "cannot write the audit trail");
-        }
-    }
-
-    async fn record_brake(&self, was_engaged: bool, plan: &Plan, line: DsLine, now: Instant) {
-        let engaged = plan.next.brake.engaged();
-        if engaged == was_engaged {
-            return;
-        }
-        let mut r = Record::event(AuditEvent::Brake, "daemon", now);
-        r.ds_line = Some(line.as_str().to_string());
-        r.detail = Some(if engaged {
-            format!(
-                "engaged: {}",
-                plan.next.brake.why.clone().unwrap_or_default()
-            )
-        } else {
-            "released".to_string()
-        });
-        if engaged {
-            tracing::error!(why = ?plan.next.brake.why, "brake engaged: no action until the condition clears");
-        } else {
-            tracing::info!("brake released");
-        }
-        if let Err(e) = self.audit.append_blocking(vec![r]).await {
-            tracing::error!(error = %e, "cannot write the audit trail");
-        }
-    }
-
-    /// Judges candidates as `check` does: nothing is written, and a host whose
-    /// loss was not seen counts as lost for an unknown time. Workflow
-    /// findings follow the task zombies (SPEC §13).
-    pub async fn check(&self) -> Result<(DsLine, Plan, Vec<WorkflowFinding>), String> {
-        let mut st = self.state.lock().await;
-        if !self.registry.view().is_valid() {
-            return Err("the registry view is not valid".into());
-        }
-        let (line, line_hold) = self.line(&mut st).await?;
-        let (states, _) = self.settings.live_states(line);
-        let candidates = self
-            .store
-            .scan_once(line, &states)
-            .await
-            .map_err(|e| format!("reading candidates: {e}"))?;
-        let view = self.registry.view();
-        if !view.is_valid() {
-            return Err("the registry view is not valid".into());
-        }
-        let mut policy = self.settings.policy(line);
-        policy.unseen_absence = UnseenAbsence::Unknown;
-        policy.startup_settle = std::time::Duration::ZERO;
-        let safety = SafetyState {
-            hold: Some(line_hold.unwrap_or_else(|| "check never writes".into())),
-            ..SafetyState::default()
-        };
-        let now = self.now();
-        let mut plan = plan(&view, &candidates, now, &policy, &safety);
-        // SPEC §17: the applications' states in the findings; nothing is
-        // killed, since the hold above blocks every zombie.
-        if let Some(valid_since) = view.valid_since() {
-            let gate = Gate {
-                valid_since,
-                leader_only: false,
-            };
-            let _ = self
-                .judge_remote_apps(&mut plan.zombies, &view, line, gate)
-                .await;
-        }
-        let workflows = if self.settings.reconcile.workflows {
-            let (wf_states, _) = self.settings.workflow_states(line);
-            let wfs = match self
-                .store
-                .workflow_candidates(line, &wf_states, &states, Scan::Full)
-                .await
-            {
-                Ok(w) => w,
-                // The store cannot read them: no findings, not a failure.
-                Err(reaper_core::ports::PortError::Invalid(_)) => Vec::new(),
-                Err(e) => return Err(format!("reading workflow instances: {e}")),
-            };
-            let mut wp = self.settings.workflow_policy();
-            wp.unseen_absence = UnseenAbsence::Unknown;
-            reaper_core::workflow::plan_workflows(
-                &view,
-                &wfs,
-                now,
-                line,
-                &wp,
-                std::time::Duration::ZERO,
-                policy.max_actions_per_sweep,
-                0,
-                &plan.next,
-            )
-            .0
-        } else {
-            Vec::new()
-        };
-        Ok((line, plan, workflows))
     }
 }

@@ -416,7 +416,10 @@ async fn the_first_sweep_is_a_full_scan_then_incremental_until_the_interval() {
 async fn a_burst_of_membership_changes_makes_one_sweep() {
     let r = rig(|s| s.reconcile.sweep_interval = Duration::from_secs(3600));
     let cancel = tokio_util::sync::CancellationToken::new();
-    let task = tokio::spawn(crate::app::sweeper(r.engine.clone(), cancel.clone()));
+    let task = tokio::spawn(crate::engine::driver::sweeper(
+        r.engine.clone(),
+        cancel.clone(),
+    ));
     tokio::time::sleep(Duration::from_millis(10)).await;
     let sweeps = |r: &Rig| {
         ["ok", "error", "skipped"]
@@ -436,7 +439,7 @@ async fn a_burst_of_membership_changes_makes_one_sweep() {
         });
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    tokio::time::sleep(crate::app::COALESCE * 3).await;
+    tokio::time::sleep(crate::engine::driver::COALESCE * 3).await;
     assert_eq!(sweeps(&r), 1, "one sweep for the burst");
     cancel.cancel();
     task.await.unwrap();
@@ -533,4 +536,40 @@ async fn a_standby_reports_workflows_but_never_recovers() {
         r.engine.reap_workflow(7, true, "api", |_, _| Ok(())).await,
         Err(ReapError::NotLeader(_))
     ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_workflow_read_the_store_cannot_serve_is_a_fault_not_no_findings() {
+    use reaper_core::ports::PortError;
+    let r = rig(|s| s.reconcile.workflows = true);
+    r.store.fail_workflow_reads(Some(PortError::invalid(
+        "schema mismatch: t_ds_process_instance has no column(s) host",
+    )));
+    let s = r.engine.sweep(Trigger::Tick).await;
+    assert_eq!(s.result, SweepResult::Ok, "the task results stand");
+    assert_eq!(
+        r.engine.read_error().as_deref(),
+        Some("workflow candidates: schema mismatch: t_ds_process_instance has no column(s) host")
+    );
+    assert_eq!(
+        r.engine.metrics.db_errors_total.get(),
+        0,
+        "not a database outage"
+    );
+    let check = r.engine.check().await.map(|_| ()).unwrap_err();
+    assert_eq!(
+        check.port_kind(),
+        Some(reaper_core::ports::PortErrorKind::Invalid)
+    );
+    assert!(check
+        .to_string()
+        .starts_with("reading workflow instances: schema mismatch"));
+    // a store that does not read workflows at all is no fault of check's
+    r.store
+        .fail_workflow_reads(Some(PortError::unsupported("no workflows here")));
+    assert!(r.engine.check().await.is_ok());
+    // a good read clears the fault
+    r.store.fail_workflow_reads(None);
+    r.engine.sweep(Trigger::Tick).await;
+    assert_eq!(r.engine.read_error(), None);
 }

@@ -5,21 +5,25 @@
 
 use super::act::ActionResult;
 use super::reap::ReapError;
+use super::sweep::Judged;
 use super::{Engine, Gate, SweepState};
 use crate::audit::{AuditEvent, Record, RecordKind};
-use reaper_core::ports::{Scan, WorkflowOutcome};
+use reaper_core::ports::{PortErrorKind, Scan, WorkflowOutcome};
 use reaper_core::workflow::{
     plan_workflows, WorkflowAction, WorkflowCandidate, WorkflowFinding, WorkflowReason,
 };
-use reaper_core::{Disposition, DsLine, Instant, NodeKind, RegistryView, SafetyState};
+use reaper_core::{Budget, Disposition, DsLine, Instant, NodeKind};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// The workflow step's read, as `/readyz` names it when it fails.
+const WORKFLOW_READ: &str = "workflow candidates";
+
 /// What the workflow part of a sweep did.
+#[derive(Default)]
 pub(super) struct WorkflowSweep {
     pub findings: usize,
     pub actions: usize,
-    pub next: SafetyState,
     /// The candidates in READY_PAUSE / READY_STOP, for SPEC §16.
     pub stopping: Vec<WorkflowCandidate>,
 }
@@ -46,61 +50,25 @@ impl Engine {
         r
     }
 
-    /// Reads, judges, records and (as leader, unbraked) recovers workflow
-    /// instances, after the task plan whose state and action count it gets.
-    #[allow(clippy::too_many_arguments)]
+    /// The sweep's `workflows` step: reads, judges (within the sweep's
+    /// budget, after the task plan), records and (as leader, unbraked)
+    /// recovers workflow instances.
     pub(super) async fn sweep_workflows(
         &self,
         st: &mut SweepState,
         line: DsLine,
         full: bool,
-        view: &RegistryView,
-        now: Instant,
-        gate: Gate,
-        safety: SafetyState,
-        taken: usize,
+        judged: &mut Judged,
     ) -> WorkflowSweep {
-        let idle = |next| WorkflowSweep {
-            findings: 0,
-            actions: 0,
-            next,
-            stopping: Vec::new(),
-        };
         if !self.settings.reconcile.workflows {
-            return idle(safety);
+            return WorkflowSweep::default();
         }
-        let (states, _) = self.settings.workflow_states(line);
-        let (task_states, _) = self.settings.live_states(line);
-        let scan = if full { Scan::Full } else { Scan::Incremental };
-        let workflows = match self
-            .store
-            .workflow_candidates(line, &states, &task_states, scan)
-            .await
-        {
-            Ok(w) => w,
-            Err(reaper_core::ports::PortError::Invalid(why)) => {
-                // Not a database failure: the store cannot answer this.
-                tracing::debug!(%why, "workflow candidates not read");
-                return idle(safety);
-            }
-            Err(e) => {
-                self.db_failed(&e);
-                tracing::warn!(error = %e, "reading workflow candidates failed; task results stand");
-                return idle(safety);
-            }
+        let Some(workflows) = self.read_workflows(line, full).await else {
+            return WorkflowSweep::default();
         };
         let policy = self.settings.workflow_policy();
-        let (findings, next) = plan_workflows(
-            view,
-            &workflows,
-            now,
-            line,
-            &policy,
-            self.settings.reconcile.startup_settle,
-            self.settings.reconcile.max_actions_per_sweep,
-            taken,
-            &safety,
-        );
+        let (view, now) = (&judged.view, judged.now);
+        let findings = plan_workflows(view, &workflows, now, line, &policy, &mut judged.budget);
         self.record_workflow_detection(st, &findings, &workflows, line, now)
             .await;
         let findings = Arc::new(findings);
@@ -115,17 +83,13 @@ impl Engine {
                 .with_label_values(&[r.as_str()])
                 .set(n);
         }
-        {
-            let mut s = self.status_write();
-            s.workflows = findings.clone();
-        }
-        let acting: Vec<&WorkflowFinding> = findings
+        self.status_write().workflows = findings.clone();
+        let mut actions = 0;
+        for f in findings
             .iter()
             .filter(|f| f.disposition == Disposition::Act)
-            .collect();
-        let mut actions = 0;
-        for f in acting {
-            match self.recover(f, line, "daemon", gate, false).await {
+        {
+            match self.recover(f, line, "daemon", judged.gate, false).await {
                 Ok(_) => actions += 1,
                 Err(ReapError::Refused(why)) => {
                     tracing::warn!(%why, "workflow recovery not written in this sweep");
@@ -137,8 +101,34 @@ impl Engine {
         WorkflowSweep {
             findings: findings.len(),
             actions,
-            next,
             stopping: super::anomalies::stopping(&workflows),
+        }
+    }
+
+    /// The sweep's workflow candidates; None when the store cannot read them
+    /// (the task results stand).
+    async fn read_workflows(&self, line: DsLine, full: bool) -> Option<Vec<WorkflowCandidate>> {
+        let (states, _) = self.settings.workflow_states(line);
+        let (task_states, _) = self.settings.live_states(line);
+        let scan = if full { Scan::Full } else { Scan::Incremental };
+        match self
+            .store
+            .workflow_candidates(line, &states, &task_states, scan)
+            .await
+        {
+            Ok(w) => {
+                self.read_ok(WORKFLOW_READ);
+                Some(w)
+            }
+            Err(e) if e.kind() != PortErrorKind::Unavailable => {
+                self.read_fault(WORKFLOW_READ, &e);
+                None
+            }
+            Err(e) => {
+                self.db_failed(&e);
+                tracing::warn!(error = %e, "reading workflow candidates failed; task results stand");
+                None
+            }
         }
     }
 
@@ -265,7 +255,7 @@ impl Engine {
     ) -> Result<Record, ReapError> {
         self.ensure_leader()?;
         let mut st = self.state.lock().await;
-        let (line, hold) = self.line(&mut st).await.map_err(ReapError::Unavailable)?;
+        let (line, hold) = self.line(&mut st).await?;
         drop(st);
         if let Some(h) = hold {
             return Err(ReapError::Refused(h));
@@ -292,53 +282,21 @@ impl Engine {
         policy.master_lost = WorkflowAction::Recover;
         policy.rules.clear();
         policy.unseen_absence = reaper_core::UnseenAbsence::Unknown;
-        let (findings, _) = plan_workflows(
+        let now = self.now();
+        let bucket = reaper_core::TokenBucket::full(1, now);
+        let mut budget = Budget::new(1, std::time::Duration::ZERO, Some(bucket));
+        let findings = plan_workflows(
             &view,
             std::slice::from_ref(&wf),
-            self.now(),
+            now,
             line,
             &policy,
-            std::time::Duration::ZERO,
-            1,
-            0,
-            &SafetyState {
-                bucket: Some(reaper_core::TokenBucket::full(1, self.now())),
-                ..SafetyState::default()
-            },
+            &mut budget,
         );
         let judged = findings
             .into_iter()
             .find(|f| f.reason == WorkflowReason::WorkflowMasterLost);
-        let (finding, forced) = match judged {
-            Some(f) if f.action == WorkflowAction::Recover => (f, false),
-            Some(f) if !force => {
-                return Err(ReapError::Refused(
-                    f.note
-                        .unwrap_or_else(|| "recover does not apply".to_string()),
-                ))
-            }
-            None if !force => {
-                return Err(ReapError::Refused(format!(
-                    "workflow instance {id} is not workflow_master_lost as check judges it (host {}); use force to override",
-                    crate::views::host_words(wf.host.as_deref())
-                )))
-            }
-            _ => (
-                WorkflowFinding {
-                    state_name: reaper_core::workflow::workflow_state_name(wf.state)
-                        .unwrap_or("UNKNOWN")
-                        .to_string(),
-                    workflow: wf,
-                    reason: WorkflowReason::WorkflowMasterLost,
-                    evidence: Default::default(),
-                    owner_master_alive: false,
-                    action: WorkflowAction::Recover,
-                    note: Some("forced".into()),
-                    disposition: Disposition::Act,
-                },
-                true,
-            ),
-        };
+        let (finding, forced) = chosen(judged, wf, force)?;
         confirm(&finding, forced)?;
         self.ensure_leader()?;
         let gate = Gate {
@@ -346,5 +304,42 @@ impl Engine {
             leader_only: true,
         };
         self.recover(&finding, line, actor, gate, forced).await
+    }
+}
+
+/// The finding `reap --workflow-instance` writes, and whether it is forced:
+/// the judged `workflow_master_lost` with `recover`, else (with `force`) one
+/// made for the row as it is; refused otherwise, saying why.
+fn chosen(
+    judged: Option<WorkflowFinding>,
+    wf: WorkflowCandidate,
+    force: bool,
+) -> Result<(WorkflowFinding, bool), ReapError> {
+    match judged {
+        Some(f) if f.action == WorkflowAction::Recover => Ok((f, false)),
+        Some(f) if !force => Err(ReapError::Refused(
+            f.note
+                .unwrap_or_else(|| "recover does not apply".to_string()),
+        )),
+        None if !force => Err(ReapError::Refused(format!(
+            "workflow instance {} is not workflow_master_lost as check judges it (host {}); use force to override",
+            wf.id,
+            crate::views::host_words(wf.host.as_deref())
+        ))),
+        _ => Ok((
+            WorkflowFinding {
+                state_name: reaper_core::workflow::workflow_state_name(wf.state)
+                    .unwrap_or("UNKNOWN")
+                    .to_string(),
+                workflow: wf,
+                reason: WorkflowReason::WorkflowMasterLost,
+                evidence: Default::default(),
+                owner_master_alive: false,
+                action: WorkflowAction::Recover,
+                note: Some("forced".into()),
+                disposition: Disposition::Act,
+            },
+            true,
+        )),
     }
 }
