@@ -110,6 +110,8 @@ struct Server {
     agent: Option<usize>,
     /// Under a fault of its own (not picked for another).
     busy: bool,
+    /// The open "away" window (session gone, JVM alive), if any.
+    away: Option<usize>,
 }
 
 struct Agent {
@@ -524,6 +526,7 @@ fn server(host: String, s: SimServer, startup: DateTime<Utc>, agent: Option<usiz
         incarnation: 0,
         agent,
         busy: false,
+        away: None,
     }
 }
 
@@ -670,10 +673,14 @@ impl Sim {
         for (_, t) in due {
             self.fire(t).await;
         }
+        let now = now_ts();
         for w in self.workers.iter_mut().chain(self.masters.iter_mut()) {
             if w.state != WState::Up && w.registered.load(Ordering::SeqCst) && w.busy {
                 w.state = WState::Up;
                 w.busy = false;
+                if let Some(x) = w.away.take().and_then(|i| self.blocked.get_mut(i)) {
+                    x.to = now;
+                }
             }
         }
     }
@@ -758,7 +765,7 @@ impl Sim {
                 self.close_window(window);
             }
             Timer::DsFinish { task } => {
-                self.ds_finish(task, true).await;
+                self.ds_finish(task, false).await;
             }
         }
     }
@@ -911,6 +918,8 @@ impl Sim {
                     return Ok(());
                 };
                 crash(&mut self.workers[w], WState::Away);
+                let host = self.workers[w].host.clone();
+                self.workers[w].away = Some(self.window("away", Duration::ZERO, Some(host)));
                 let back = secs(0.3, 1.5, &mut self.rng);
                 self.at(back, Timer::WorkerBack { w, new_jvm: false });
             }
@@ -1012,12 +1021,14 @@ impl Sim {
                 crash(&mut self.workers[w], WState::Away);
                 let d = secs(5.5, 7.0, &mut self.rng);
                 let host = self.workers[w].host.clone();
-                self.window("agent_session_loss", d, Some(host));
+                self.window("agent_session_loss", d, Some(host.clone()));
+                self.workers[w].away = Some(self.window("away", Duration::ZERO, Some(host)));
                 self.at(d, Timer::AgentProxyUp { a, w });
             }
             Fault::ZkRestart => {
                 let d = secs(1.0, 4.0, &mut self.rng);
                 let window = self.window("zk_restart", d, None);
+                self.infra_free_at = Instant::now() + d + Duration::from_secs(15);
                 let zk = self.zk.clone();
                 let hard = self.rng.gen_bool(0.5);
                 tokio::spawn(async move {
@@ -1029,7 +1040,6 @@ impl Sim {
                     };
                 });
                 self.at(d, Timer::ZkStart { window });
-                self.infra_free_at = Instant::now() + d + Duration::from_secs(30);
             }
             Fault::DbRestart => {
                 let d = secs(1.0, 4.0, &mut self.rng);
@@ -1039,7 +1049,7 @@ impl Sim {
                     let _ = db.lock().await.kill9().await;
                 });
                 self.at(d, Timer::DbStart { window });
-                self.infra_free_at = Instant::now() + d + Duration::from_secs(30);
+                self.infra_free_at = Instant::now() + d + Duration::from_secs(15);
             }
             Fault::ReplicaKill9 | Fault::ReplicaSigstop | Fault::RegistryPartition => {
                 let r = self.rng.gen_range(0..self.replicas.len());
@@ -1077,7 +1087,7 @@ impl Sim {
                     }
                 }
                 *self.faults.entry(kind).or_default() += 1;
-                self.infra_free_at = Instant::now() + d + Duration::from_secs(25);
+                self.infra_free_at = Instant::now() + d + Duration::from_secs(15);
                 return Ok(());
             }
         }
@@ -1548,6 +1558,7 @@ impl Sim {
                 clock_skew: SKEW,
                 margin: MARGIN,
                 recovery: RECOVERY,
+                agent_stale: AGENT_STALE,
             },
             tasks: self.truth.values().cloned().collect(),
             rows: Vec::new(),
@@ -1699,6 +1710,14 @@ pub fn report(o: &SoakOutcome) -> String {
                 .map_or("never".into(), |r| format!("+{:.1}s", r - h.start)),
             m.explanation.as_deref().unwrap_or("UNEXPLAINED")
         );
+    }
+    let _ = writeln!(
+        s,
+        "writes to a live process that the policy asks for (worker away >= grace; not wrong): {}",
+        v.policy_writes.len()
+    );
+    for w in &v.policy_writes {
+        let _ = writeln!(s, "  {}", w.what);
     }
     let _ = writeln!(s, "wrong writes: {}", v.wrong.len());
     for w in &v.wrong {

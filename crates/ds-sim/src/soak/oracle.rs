@@ -83,6 +83,9 @@ pub struct Timing {
     /// How long after a blocking fault ends ds-reaper may still be catching
     /// up (view rebuilt, `startup_settle`, absence clocks restarted).
     pub recovery: f64,
+    /// `reconcile.agent_stale_after`: how long an agent's listing holds a task.
+    #[serde(default)]
+    pub agent_stale: f64,
 }
 
 /// One task instance row the simulator created, and what happened to it.
@@ -194,6 +197,12 @@ pub struct Miss {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Verdict {
     pub wrong: Vec<WrongWrite>,
+    /// Writes to a live process that the policy asks for and SPEC allows:
+    /// its worker had been absent from the registry for the grace period
+    /// (and, with an agent, for longer than the agent's listing holds it) —
+    /// the simulator meant a shorter absence, the loaded machine made it
+    /// longer. Listed, not counted as wrong.
+    pub policy_writes: Vec<WrongWrite>,
     pub misses: Vec<Miss>,
     /// Dead tasks reaped within their bound, by death.
     pub reaped: BTreeMap<String, u64>,
@@ -329,6 +338,23 @@ impl History {
         out
     }
 
+    /// The "away" window (worker's session gone, JVM alive) that makes a
+    /// write at `ts` to task `t`'s live process one the policy asks for: the
+    /// worker absent since at least the grace period before the write, still
+    /// absent shortly before it, and, with an agent, its last listing (no
+    /// later than the blip's start) older than `agent_stale_after` minus a
+    /// scan and the report's way.
+    fn absent_long(&self, t: &TaskTruth, ts: Ts) -> Option<&Window> {
+        self.blocked.iter().find(|w| {
+            w.kind == "away"
+                && w.worker.as_deref() == Some(t.host.as_str())
+                && w.from + self.timing.grace <= ts
+                && w.to - w.from >= self.timing.grace
+                && w.to >= ts - 3.0
+                && (!t.agent || ts - w.from >= self.timing.agent_stale - 2.0)
+        })
+    }
+
     /// The faults that explain ds-reaper not acting on `worker`'s task
     /// between `from` and `to`.
     fn explain(&self, worker: &str, from: Ts, to: Ts) -> Option<String> {
@@ -374,6 +400,21 @@ pub fn judge(h: &History) -> Verdict {
                 }
                 Some(t) => {
                     if t.dead.is_none_or(|(d, _)| r.ts < d) {
+                        if let Some(w) = h.absent_long(t, r.ts) {
+                            v.policy_writes.push(WrongWrite {
+                                ts: r.ts,
+                                what: format!(
+                                    "{:?} wrote task {} at {}: its worker was away from {} to {}",
+                                    r.writer,
+                                    r.id,
+                                    fmt_ts(r.ts, s),
+                                    fmt_ts(w.from, s),
+                                    fmt_ts(w.to, s)
+                                ),
+                                history: h.task_story(t),
+                            });
+                            continue;
+                        }
                         wrong.push("its process was alive".into());
                     }
                     if t.ds_finished.is_some_and(|f| f <= r.ts) {
@@ -561,6 +602,7 @@ mod tests {
             clock_skew: 5.0,
             margin: 15.0,
             recovery: 10.0,
+            agent_stale: 10.0,
         }
     }
 
@@ -642,6 +684,29 @@ mod tests {
             .history
             .iter()
             .any(|l| l.contains("DS wrote its result")));
+    }
+
+    #[test]
+    fn a_write_after_a_worker_was_away_longer_than_the_grace_is_the_policys() {
+        let live = task(1);
+        let mut h = history(vec![live]);
+        h.blocked.push(Window {
+            kind: "away".into(),
+            from: 10.0,
+            to: 16.5,
+            worker: Some("w1".into()),
+        });
+        h.rows.push(write(1, 16.0, "a"));
+        let v = judge(&h);
+        assert!(v.wrong.is_empty(), "{:?}", v.wrong);
+        assert_eq!(v.policy_writes.len(), 1);
+        // away shorter than the grace: wrong
+        h.blocked[0].to = 13.0;
+        assert_eq!(judge(&h).wrong.len(), 1);
+        // with an agent, the listing still held it
+        h.blocked[0].to = 16.5;
+        h.tasks[0].agent = true;
+        assert_eq!(judge(&h).wrong.len(), 1);
     }
 
     #[test]

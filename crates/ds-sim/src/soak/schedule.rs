@@ -94,11 +94,11 @@ impl Fault {
             Fault::MasterDeath => 3,
             Fault::AgentRestart => 4,
             Fault::AgentSessionLoss => 4,
-            Fault::ZkRestart => 1,
-            Fault::DbRestart => 1,
-            Fault::ReplicaKill9 => 2,
-            Fault::ReplicaSigstop => 2,
-            Fault::RegistryPartition => 2,
+            Fault::ZkRestart => 3,
+            Fault::DbRestart => 3,
+            Fault::ReplicaKill9 => 3,
+            Fault::ReplicaSigstop => 3,
+            Fault::RegistryPartition => 3,
         }
     }
 
