@@ -58,6 +58,9 @@ const SKEW: f64 = 5.0;
 const MARGIN: f64 = 15.0;
 const RECOVERY: f64 = 12.0;
 
+/// Leadership as sampled: from each time on, this replica led (None: nobody).
+type Leaders = Arc<Mutex<Vec<(Ts, Option<String>)>>>;
+
 pub fn now_ts() -> Ts {
     Utc::now().timestamp_micros() as f64 / 1e6
 }
@@ -190,7 +193,7 @@ struct Sim {
     infra_free_at: Instant,
     /// Windows whose end is fixed once a restart completes.
     open: Vec<(usize, Arc<AtomicBool>)>,
-    leaders: Arc<Mutex<Vec<(Ts, Option<String>)>>>,
+    leaders: Leaders,
     stopped: Vec<bool>,
     notes: Vec<String>,
     errors: u64,
@@ -442,7 +445,7 @@ pub async fn run(opts: SoakOpts) -> Result<SoakOutcome> {
         });
     }
     // Leadership as the election's nodes show it, sampled.
-    let leaders: Arc<Mutex<Vec<(Ts, Option<String>)>>> = Arc::new(Mutex::new(Vec::new()));
+    let leaders: Leaders = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
     let watcher = tokio::spawn(watch_leader(
         zk_connect.clone(),
@@ -531,12 +534,7 @@ fn server(host: String, s: SimServer, startup: DateTime<Utc>, agent: Option<usiz
 }
 
 /// Samples which replica holds the lowest latch node every 100 ms.
-async fn watch_leader(
-    connect: String,
-    dir: String,
-    out: Arc<Mutex<Vec<(Ts, Option<String>)>>>,
-    stop: Arc<AtomicBool>,
-) {
+async fn watch_leader(connect: String, dir: String, out: Leaders, stop: Arc<AtomicBool>) {
     let mut client: Option<zk::Client> = None;
     let mut last: Option<Option<String>> = None;
     while !stop.load(Ordering::SeqCst) {
@@ -807,7 +805,7 @@ fn crash(s: &mut Server, state: WState) {
 }
 
 fn is_terminal(state: i32) -> bool {
-    matches!(state, 5 | 6 | 7 | 8 | 9)
+    (5..=9).contains(&state)
 }
 
 impl Sim {
@@ -1529,12 +1527,7 @@ impl Sim {
         }
     }
 
-    async fn history(
-        &mut self,
-        end: Ts,
-        conns: &ConnLog,
-        leaders: &Arc<Mutex<Vec<(Ts, Option<String>)>>>,
-    ) -> Result<History> {
+    async fn history(&mut self, end: Ts, conns: &ConnLog, leaders: &Leaders) -> Result<History> {
         let pool = MySqlPool::connect(self.db.url()).await?;
         let rows = sqlx::query(
             "SELECT CAST(ts AS DOUBLE), CAST(conn AS SIGNED), writer, tbl, CAST(row_id AS SIGNED), \
@@ -1579,8 +1572,7 @@ impl Sim {
             } else {
                 conns
                     .iter()
-                    .filter(|c| i64::from(c.conn_id) == conn && c.at <= ts)
-                    .last()
+                    .rfind(|c| i64::from(c.conn_id) == conn && c.at <= ts)
                     .map(|c| oracle::Writer::Replica(c.label.clone()))
                     .unwrap_or(oracle::Writer::Unknown(conn))
             };
