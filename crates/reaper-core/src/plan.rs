@@ -352,10 +352,16 @@ fn judge(
             };
             if restarted {
                 Reason::WorkerRestarted
-            } else if node
-                .report_time
-                .is_some_and(|rt| rt < now - delta(policy.heartbeat_stale_after))
-            {
+            } else if node.report_time.is_some_and(|rt| {
+                // A task the worker took after its last heartbeat (a RUNNING
+                // or DISPATCH row submitted later) is a later sign of life:
+                // the heartbeat says nothing about it, so its age counts from
+                // the later of the two. Found by the soak (seed 2): a worker
+                // that resumes from a hang takes a task before its next
+                // heartbeat, and the stale one failed the new, live task.
+                let last_sign = task_time.map_or(rt, |tt| rt.max(tt));
+                last_sign < now - delta(policy.heartbeat_stale_after)
+            }) {
                 Reason::HeartbeatStale
             } else if process_gone(view, raw, c, now, policy, missing, &mut evidence) {
                 Reason::ProcessGone
