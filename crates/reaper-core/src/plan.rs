@@ -359,7 +359,11 @@ fn judge(
                 // the later of the two. Found by the soak (seed 2): a worker
                 // that resumes from a hang takes a task before its next
                 // heartbeat, and the stale one failed the new, live task.
-                let last_sign = task_time.map_or(rt, |tt| rt.max(tt));
+                // Nor does a heartbeat that went stale while the daemon could
+                // not see the registry prove anything (as absence clocks,
+                // §4.1): in the soak a ZooKeeper restart left 85 of 87 tasks
+                // "stale" on the first listing after it (the brake held).
+                let last_sign = task_time.map_or(rt, |tt| rt.max(tt)).max(valid_since);
                 last_sign < now - delta(policy.heartbeat_stale_after)
             }) {
                 Reason::HeartbeatStale

@@ -215,6 +215,24 @@ fn soak_seed_2_a_task_taken_after_the_last_heartbeat_is_not_stale() {
     assert_eq!(only(&pl).reason, Reason::HeartbeatStale);
 }
 
+/// After a gap in the daemon's sight of the registry, a heartbeat that went
+/// stale during the gap is not judged until `heartbeat_stale_after` has
+/// passed after the view became valid again (soak seed 2's ZooKeeper
+/// restart: every worker's heartbeat looked stale on the first listing).
+#[test]
+fn a_heartbeat_gone_stale_during_a_registry_gap_waits_for_a_fresh_window() {
+    let mut v = view(LIVE, &[]);
+    v.state = ViewState::Valid { since: t(200) };
+    v.workers.get_mut("w1:1234").unwrap().report_time = Some(t(0));
+    let p = acting(DsLine::V3_2);
+    let c = [task(1, Some("w1:1234"), -50)];
+    assert!(plan(&v, &c, t(250), &p, &SafetyState::default())
+        .zombies
+        .is_empty());
+    let pl = plan(&v, &c, t(321), &p, &SafetyState::default());
+    assert_eq!(only(&pl).reason, Reason::HeartbeatStale);
+}
+
 #[test]
 fn unknown_heartbeat_times_never_make_a_zombie() {
     let mut v = view(LIVE, &[]);
