@@ -50,7 +50,7 @@ const FIXTURE: &str = "3.2.2";
 
 // The daemon's timings in the soak (seconds), and the oracle's margins.
 const GRACE: f64 = 5.0;
-const STALE: f64 = 10.0;
+const STALE: f64 = 20.0;
 const PROCESS_GONE: f64 = 4.0;
 const AGENT_STALE: f64 = 10.0;
 const GHOST_AFTER: f64 = 5.0;
@@ -115,6 +115,10 @@ struct Server {
     busy: bool,
     /// The open "away" window (session gone, JVM alive), if any.
     away: Option<usize>,
+    /// When its heartbeat last reached ZooKeeper.
+    written: crate::zk::HeartbeatClock,
+    /// The open "heartbeat_gap" window (no heartbeat written for a while), if any.
+    gap: Option<usize>,
 }
 
 struct Agent {
@@ -520,6 +524,8 @@ pub async fn run(opts: SoakOpts) -> Result<SoakOutcome> {
 
 fn server(host: String, s: SimServer, startup: DateTime<Utc>, agent: Option<usize>) -> Server {
     Server {
+        written: s.heartbeat_clock(),
+        gap: None,
         host,
         sim: Arc::new(AsyncMutex::new(s)),
         registered: Arc::new(AtomicBool::new(true)),
@@ -927,7 +933,7 @@ impl Sim {
                 };
                 let long = self.rng.gen_bool(0.5);
                 let d = if long {
-                    secs(22.0, 30.0, &mut self.rng)
+                    secs(32.0, 40.0, &mut self.rng)
                 } else {
                     secs(1.0, 4.0, &mut self.rng)
                 };
@@ -1116,6 +1122,41 @@ impl Sim {
                     tr.dead = Some((now, Death::ProcessDeath));
                 }
             }
+        }
+        // Heartbeats that did not reach ZooKeeper for a while (a frozen
+        // one, or the simulator's own session catching up after a
+        // ZooKeeper restart): what the daemon saw was really stale.
+        let mut opened = Vec::new();
+        for (i, w) in self.workers.iter_mut().enumerate() {
+            let last = *w.written.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(last) = last else { continue };
+            let last = last.timestamp_micros() as f64 / 1e6;
+            let lagging = w.state == WState::Up && now - last > 4.0;
+            match (w.gap, lagging) {
+                (Some(g), true) => {
+                    if let Some(x) = self.blocked.get_mut(g) {
+                        x.to = now;
+                    }
+                }
+                (Some(g), false) => {
+                    w.gap = None;
+                    if let Some(x) = self.blocked.get_mut(g) {
+                        x.to = now.min(last.max(x.to));
+                    }
+                }
+                (None, true) => opened.push((i, last)),
+                (None, false) => {}
+            }
+        }
+        for (i, last) in opened {
+            let host = self.workers[i].host.clone();
+            self.blocked.push(Window {
+                kind: "heartbeat_gap".into(),
+                from: last,
+                to: now,
+                worker: Some(host),
+            });
+            self.workers[i].gap = Some(self.blocked.len() - 1);
         }
         // windows whose restarts completed
         let open = std::mem::take(&mut self.open);

@@ -355,6 +355,23 @@ impl History {
         })
     }
 
+    /// The "heartbeat_gap" window (no heartbeat reached ZooKeeper) that
+    /// makes a write at `ts` to a live process on a worker without an agent
+    /// one the policy asks for: the heartbeat really stopped at least
+    /// `heartbeat_stale_after` before the write and had not resumed shortly
+    /// before it. (With an agent, its listing holds the task: still wrong.)
+    fn stale_long(&self, t: &TaskTruth, ts: Ts) -> Option<&Window> {
+        if t.agent {
+            return None;
+        }
+        self.blocked.iter().find(|w| {
+            w.kind == "heartbeat_gap"
+                && w.worker.as_deref() == Some(t.host.as_str())
+                && w.from + self.timing.heartbeat_stale <= ts
+                && w.to >= ts - 3.0
+        })
+    }
+
     /// The faults that explain ds-reaper not acting on `worker`'s task
     /// between `from` and `to`.
     fn explain(&self, worker: &str, from: Ts, to: Ts) -> Option<String> {
@@ -400,14 +417,19 @@ pub fn judge(h: &History) -> Verdict {
                 }
                 Some(t) => {
                     if t.dead.is_none_or(|(d, _)| r.ts < d) {
-                        if let Some(w) = h.absent_long(t, r.ts) {
+                        if let Some(w) = h.absent_long(t, r.ts).or_else(|| h.stale_long(t, r.ts)) {
                             v.policy_writes.push(WrongWrite {
                                 ts: r.ts,
                                 what: format!(
-                                    "{:?} wrote task {} at {}: its worker was away from {} to {}",
+                                    "{:?} wrote task {} at {}: its worker was {} from {} to {}",
                                     r.writer,
                                     r.id,
                                     fmt_ts(r.ts, s),
+                                    if w.kind == "away" {
+                                        "away"
+                                    } else {
+                                        "without a heartbeat in ZooKeeper"
+                                    },
                                     fmt_ts(w.from, s),
                                     fmt_ts(w.to, s)
                                 ),
@@ -705,6 +727,28 @@ mod tests {
         assert_eq!(judge(&h).wrong.len(), 1);
         // with an agent, the listing still held it
         h.blocked[0].to = 16.5;
+        h.tasks[0].agent = true;
+        assert_eq!(judge(&h).wrong.len(), 1);
+    }
+
+    #[test]
+    fn a_write_after_a_heartbeat_really_stopped_is_the_policys_without_an_agent() {
+        let mut h = history(vec![task(1)]);
+        h.blocked.push(Window {
+            kind: "heartbeat_gap".into(),
+            from: 100.0,
+            to: 125.0,
+            worker: Some("w1".into()),
+        });
+        h.rows.push(write(1, 112.0, "a"));
+        let v = judge(&h);
+        assert!(v.wrong.is_empty(), "{:?}", v.wrong);
+        assert_eq!(v.policy_writes.len(), 1);
+        // a gap shorter than heartbeat_stale_after before the write: wrong
+        h.rows[0].ts = 108.0;
+        assert_eq!(judge(&h).wrong.len(), 1);
+        // an agent's listing holds the task whatever the heartbeat: wrong
+        h.rows[0].ts = 112.0;
         h.tasks[0].agent = true;
         assert_eq!(judge(&h).wrong.len(), 1);
     }
