@@ -1746,7 +1746,7 @@ pub fn report(o: &SoakOutcome) -> String {
     }
     let _ = writeln!(
         s,
-        "writes to a live process that the policy asks for (worker away >= grace; not wrong): {}",
+        "writes to a live process that the policy asks for (worker away >= grace, or no heartbeat in ZooKeeper >= heartbeat_stale_after; not wrong): {}",
         v.policy_writes.len()
     );
     for w in &v.policy_writes {
