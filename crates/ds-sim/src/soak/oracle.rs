@@ -343,7 +343,9 @@ impl History {
     /// worker absent since at least the grace period before the write, still
     /// absent shortly before it, and, with an agent, its last listing (no
     /// later than the blip's start) older than `agent_stale_after` minus a
-    /// scan and the report's way.
+    /// scan and the report's way — or no listing at all: the task began less
+    /// than a scan before the blip (SPEC §12's hold needs one listing; soak
+    /// seed 103: a task started 0.1 s before its worker and agent dropped).
     fn absent_long(&self, t: &TaskTruth, ts: Ts) -> Option<&Window> {
         self.blocked.iter().find(|w| {
             w.kind == "away"
@@ -351,7 +353,9 @@ impl History {
                 && w.from + self.timing.grace <= ts
                 && w.to - w.from >= self.timing.grace
                 && w.to >= ts - 3.0
-                && (!t.agent || ts - w.from >= self.timing.agent_stale - 2.0)
+                && (!t.agent
+                    || ts - w.from >= self.timing.agent_stale - 2.0
+                    || t.submitted >= w.from - 1.0)
         })
     }
 
@@ -729,6 +733,11 @@ mod tests {
         h.blocked[0].to = 16.5;
         h.tasks[0].agent = true;
         assert_eq!(judge(&h).wrong.len(), 1);
+        // unless the task began too late for any listing (soak seed 103)
+        h.tasks[0].submitted = 9.9;
+        let v = judge(&h);
+        assert!(v.wrong.is_empty(), "{:?}", v.wrong);
+        assert_eq!(v.policy_writes.len(), 1);
     }
 
     #[test]

@@ -102,6 +102,9 @@ enum Cmd {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// Judges a soak's recorded history (its history.json) again, e.g. with a
+    /// newer oracle; exit 1 on any wrong write.
+    SoakJudge { history: PathBuf },
     /// A simulated cluster (database + registry) kept up until Ctrl-C.
     Cluster {
         /// Schema fixture: 1.2.1, 1.3.9, 2.0.9, 3.1.9, 3.2.2, dev, 3.3.2, 3.4.0.
@@ -234,6 +237,7 @@ async fn main() {
             )
             .await
         }
+        Cmd::SoakJudge { history } => soak_judge(&history),
         Cmd::Cluster {
             fixture,
             schema,
@@ -290,6 +294,23 @@ async fn soak(
     println!("history: {}", path.display());
     if !out.verdict.wrong.is_empty() {
         anyhow::bail!("{} wrong write(s) (seed {seed})", out.verdict.wrong.len());
+    }
+    Ok(())
+}
+
+fn soak_judge(path: &std::path::Path) -> Result<()> {
+    let text = std::fs::read_to_string(path)?;
+    let history: ds_sim::soak::oracle::History = serde_json::from_str(&text)?;
+    let verdict = ds_sim::soak::oracle::judge(&history);
+    let out = ds_sim::soak::SoakOutcome {
+        history,
+        verdict,
+        not_implemented: vec![],
+        notes: vec![format!("judged again from {}", path.display())],
+    };
+    print!("{}", ds_sim::soak::report(&out));
+    if !out.verdict.wrong.is_empty() {
+        anyhow::bail!("{} wrong write(s)", out.verdict.wrong.len());
     }
     Ok(())
 }
