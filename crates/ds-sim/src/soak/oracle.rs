@@ -383,6 +383,9 @@ impl History {
         let hits: BTreeSet<&str> = self
             .blocked
             .iter()
+            // a heartbeat gap is what makes a hung worker's tasks zombies,
+            // never a reason not to reap them
+            .filter(|w| w.kind != "heartbeat_gap")
             .filter(|w| w.worker.as_deref().is_none_or(|x| x == worker))
             .filter(|w| w.from <= to && w.to + r >= from)
             .map(|w| w.kind.as_str())
