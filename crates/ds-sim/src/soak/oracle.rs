@@ -353,10 +353,37 @@ impl History {
                 && w.from + self.timing.grace <= ts
                 && w.to - w.from >= self.timing.grace
                 && w.to >= ts - 3.0
-                && (!t.agent
-                    || ts - w.from >= self.timing.agent_stale - 2.0
-                    || t.submitted >= w.from - 1.0)
+                && (!t.agent || {
+                    let cut = self.agent_cut_since(&t.host, w.from);
+                    ts - cut >= self.timing.agent_stale - 2.0 || t.submitted >= cut - 1.0
+                })
         })
+    }
+
+    /// When the agent of `worker` was last able to report before `from`:
+    /// the start of the chain of its blips and restarts that ends in the one
+    /// starting at `from` (one following another within 3 s: the agent had no
+    /// time to reconnect and list in between; soak seed 107).
+    fn agent_cut_since(&self, worker: &str, from: Ts) -> Ts {
+        let mut start = from;
+        loop {
+            let earlier = self
+                .blocked
+                .iter()
+                .filter(|w| {
+                    matches!(w.kind.as_str(), "away" | "agent_session_loss" | "agent_restart")
+                        && w.worker.as_deref() == Some(worker)
+                        && w.from < start
+                        && w.to >= start - 3.0
+                })
+                .map(|w| w.from)
+                .fold(f64::INFINITY, f64::min);
+            if earlier.is_finite() {
+                start = earlier;
+            } else {
+                return start;
+            }
+        }
     }
 
     /// The "heartbeat_gap" window (no heartbeat reached ZooKeeper) that
@@ -738,6 +765,18 @@ mod tests {
         assert_eq!(judge(&h).wrong.len(), 1);
         // unless the task began too late for any listing (soak seed 103)
         h.tasks[0].submitted = 9.9;
+        let v = judge(&h);
+        assert!(v.wrong.is_empty(), "{:?}", v.wrong);
+        assert_eq!(v.policy_writes.len(), 1);
+        // or a blip just before this one left the agent no time to list it
+        // again, so the last listing is older than agent_stale_after (seed 107)
+        h.tasks[0].submitted = 1.0;
+        h.blocked.push(Window {
+            kind: "agent_session_loss".into(),
+            from: 3.0,
+            to: 9.7,
+            worker: Some("w1".into()),
+        });
         let v = judge(&h);
         assert!(v.wrong.is_empty(), "{:?}", v.wrong);
         assert_eq!(v.policy_writes.len(), 1);
