@@ -371,8 +371,10 @@ impl History {
                 .blocked
                 .iter()
                 .filter(|w| {
-                    matches!(w.kind.as_str(), "away" | "agent_session_loss" | "agent_restart")
-                        && w.worker.as_deref() == Some(worker)
+                    matches!(
+                        w.kind.as_str(),
+                        "away" | "agent_session_loss" | "agent_restart"
+                    ) && w.worker.as_deref() == Some(worker)
                         && w.from < start
                         && w.to >= start - 3.0
                 })
@@ -626,6 +628,17 @@ pub fn judge(h: &History) -> Verdict {
         let mut explanation = h
             .explain(&t.host, dead, deadline)
             .map(|k| format!("blocked by {k}"));
+        if explanation.is_none()
+            && t.agent
+            && matches!(why, Death::ProcessDeath | Death::DsRace)
+            && dead - t.submitted < 1.5
+        {
+            explanation = Some(
+                "its process died before the agent's first scan could list it \
+                 (SPEC §12: a task never listed is never process_gone)"
+                    .into(),
+            );
+        }
         if explanation.is_none() && why == Death::WorkerRestart && t.restart_near_submit {
             explanation = Some(
                 "the worker restarted within clock_skew_tolerance of the task's submit time \
@@ -887,6 +900,15 @@ mod tests {
         assert_eq!(v.misses[0].reaped_at, Some(150.0));
         assert_eq!(v.misses[1].task, 2);
         assert_eq!(v.misses[1].explanation, None);
+        // an agent's task whose process died before any scan (soak seed 30)
+        let mut h2 = h.clone();
+        h2.tasks[1].agent = true;
+        h2.tasks[1].submitted = 299.5;
+        let v2 = judge(&h2);
+        assert!(v2.misses[1]
+            .explanation
+            .as_deref()
+            .is_some_and(|e| e.contains("first scan")));
         assert_eq!(v.pending, 1);
     }
 
