@@ -16,6 +16,8 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== build binaries (the end-to-end tests start them as processes)"
 cargo build --workspace --bins --locked
+echo "== fault soak, 90 s, fixed seed (scripts/soak.sh runs it longer, with other seeds)"
+"${CARGO_TARGET_DIR:-target}/debug/ds-sim" soak --duration 90s --seed 7
 echo "== real-DS smoke, in the background until the end-to-end suite (tests/real-ds: DS's own master,"
 echo "   workers and API server from Maven Central; fidelity, zombie, ghost; scripts/real-ds.sh runs every scenario)"
 realds_log=$(mktemp /tmp/ds-reaper-realds.XXXXXX.log)

@@ -210,6 +210,17 @@ impl SimDb {
 
     /// Creates a fresh database with the fixture's tables taken from `source`.
     pub async fn create_with(kind: SimKind, fixture: &str, source: SchemaSource) -> Result<SimDb> {
+        SimDb::create_on(kind, fixture, source, &server_url(kind)).await
+    }
+
+    /// As [`SimDb::create_with`], on the server at `server` (a URL without a
+    /// database, e.g. a private server's).
+    pub async fn create_on(
+        kind: SimKind,
+        fixture: &str,
+        source: SchemaSource,
+        server: &str,
+    ) -> Result<SimDb> {
         let file = schema_file(kind, fixture);
         let source = match source {
             SchemaSource::Auto if file.is_file() => SchemaSource::Files,
@@ -240,7 +251,7 @@ impl SimDb {
             SEQ.fetch_add(1, Ordering::Relaxed),
             chrono::Utc::now().timestamp_micros() % 1_000_000_000
         );
-        let server = server_url(kind);
+        let server = server.to_string();
         let url = with_db(&server, &name);
         let pool = match kind {
             SimKind::MySql => {

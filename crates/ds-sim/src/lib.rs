@@ -9,8 +9,11 @@
 pub mod db;
 pub mod etcd;
 pub mod jdbc;
+pub mod mariadbserver;
 pub mod procs;
+pub mod proxy;
 pub mod reaper;
 pub mod schema;
+pub mod soak;
 pub mod zk;
 pub mod zkserver;

@@ -153,7 +153,12 @@ struct Shared {
     paths: Vec<String>,
     opts: SimOptions,
     hb: Mutex<HbState>,
+    /// When the heartbeat last reached ZooKeeper (every node written).
+    written: HeartbeatClock,
 }
+
+/// When a simulated server's heartbeat last reached ZooKeeper.
+pub type HeartbeatClock = Arc<Mutex<Option<Instant>>>;
 
 impl Shared {
     fn full(&self, rel: &str) -> String {
@@ -226,6 +231,7 @@ impl SimServer {
             host: host.to_string(),
             paths: node_paths(line, kind, host, groups),
             opts,
+            written: Arc::new(Mutex::new(None)),
             hb: Mutex::new(HbState {
                 startup: startup_time,
                 frozen: false,
@@ -278,13 +284,23 @@ impl SimServer {
             loop {
                 tick.tick().await;
                 let Some(data) = sh.data() else { continue };
+                let mut all = true;
                 for rel in &sh.paths {
                     if let Err(e) = call(c.set_data(&sh.full(rel), data.as_bytes(), None)).await {
+                        all = false;
                         tracing::debug!(error = %e, path = %rel, "sim heartbeat write failed");
                     }
                 }
+                if all {
+                    *sh.written.lock().unwrap_or_else(|e| e.into_inner()) = Some(Utc::now());
+                }
             }
         });
+        *self
+            .shared
+            .written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(Utc::now());
         self.client = Some(client);
         self.task = Some(task);
         Ok(())
@@ -301,6 +317,12 @@ impl SimServer {
 
     pub fn host(&self) -> &str {
         &self.shared.host
+    }
+
+    /// When its heartbeat last reached ZooKeeper (registration included);
+    /// the handle stays valid across crashes and restarts.
+    pub fn heartbeat_clock(&self) -> HeartbeatClock {
+        self.shared.written.clone()
     }
 
     /// The current session, if live (e.g. to read its id).

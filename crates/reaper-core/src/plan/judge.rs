@@ -101,10 +101,23 @@ fn on_worker(
         };
         if restarted {
             Some(Reason::WorkerRestarted)
-        } else if node
-            .report_time
-            .is_some_and(|rt| rt < now - delta(policy.heartbeat_stale_after))
-        {
+        } else if node.report_time.is_some_and(|rt| {
+            // A task the worker took after its last heartbeat (a RUNNING or
+            // DISPATCH row submitted later) is a later sign of life: the
+            // heartbeat says nothing about it, so its age counts from the
+            // later of the two. Found by the soak (seed 2): a worker that
+            // resumes from a hang takes a task before its next heartbeat, and
+            // the stale one failed the new, live task. Nor does a heartbeat
+            // that went stale while the daemon could not see the registry
+            // prove anything (as absence clocks, §4.1): in the soak a
+            // ZooKeeper restart left 85 of 87 tasks "stale" on the first
+            // listing after it (the brake held).
+            let last_sign = evidence
+                .task_time
+                .map_or(rt, |tt| rt.max(tt))
+                .max(look.valid_since);
+            last_sign < now - delta(policy.heartbeat_stale_after)
+        }) {
             Some(Reason::HeartbeatStale)
         } else if process_gone(view, raw, c, now, policy, missing, evidence) {
             Some(Reason::ProcessGone)

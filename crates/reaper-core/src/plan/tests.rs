@@ -190,6 +190,50 @@ fn heartbeat_stale_without_grace() {
     assert_eq!(z.evidence.report_time, Some(t(0)));
 }
 
+/// Soak seed 2 (`ds-sim soak --duration 3m --seed 2`): a worker hung for
+/// 25 s (heartbeat frozen, stale after 10 s) resumed and took a task at once;
+/// the next sweep saw the 29 s old heartbeat and failed the task 0.09 s after
+/// its submit, its process alive. A task submitted after the last heartbeat
+/// is judged from its own submit time.
+#[test]
+fn soak_seed_2_a_task_taken_after_the_last_heartbeat_is_not_stale() {
+    let mut v = view(LIVE, &[]);
+    v.workers.get_mut("w1:1234").unwrap().report_time = Some(t(0));
+    let p = acting(DsLine::V3_2);
+    let c = [task(1, Some("w1:1234"), 29)];
+    assert!(plan(&v, &c, t(29), &p, &SafetyState::default())
+        .zombies
+        .is_empty());
+    // still hung 120 s after that task was taken: stale again
+    assert!(plan(&v, &c, t(149), &p, &SafetyState::default())
+        .zombies
+        .is_empty());
+    let pl = plan(&v, &c, t(150), &p, &SafetyState::default());
+    assert_eq!(only(&pl).reason, Reason::HeartbeatStale);
+    // a task submitted before the last heartbeat: counted from the heartbeat
+    let old = [task(2, Some("w1:1234"), -50)];
+    let pl = plan(&v, &old, t(121), &p, &SafetyState::default());
+    assert_eq!(only(&pl).reason, Reason::HeartbeatStale);
+}
+
+/// After a gap in the daemon's sight of the registry, a heartbeat that went
+/// stale during the gap is not judged until `heartbeat_stale_after` has
+/// passed after the view became valid again (soak seed 2's ZooKeeper
+/// restart: every worker's heartbeat looked stale on the first listing).
+#[test]
+fn a_heartbeat_gone_stale_during_a_registry_gap_waits_for_a_fresh_window() {
+    let mut v = view(LIVE, &[]);
+    v.state = ViewState::Valid { since: t(200) };
+    v.workers.get_mut("w1:1234").unwrap().report_time = Some(t(0));
+    let p = acting(DsLine::V3_2);
+    let c = [task(1, Some("w1:1234"), -50)];
+    assert!(plan(&v, &c, t(250), &p, &SafetyState::default())
+        .zombies
+        .is_empty());
+    let pl = plan(&v, &c, t(321), &p, &SafetyState::default());
+    assert_eq!(only(&pl).reason, Reason::HeartbeatStale);
+}
+
 #[test]
 fn unknown_heartbeat_times_never_make_a_zombie() {
     let mut v = view(LIVE, &[]);
