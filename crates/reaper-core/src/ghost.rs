@@ -135,6 +135,10 @@ pub struct GhostPolicy {
     pub agent_stale_after: Duration,
     pub startup_settle: Duration,
     pub max_actions_per_sweep: usize,
+    /// `brake.min_zombies` and `brake.max_zombie_fraction`, applied to the
+    /// kills one sweep would order against the tasks the fresh agents list.
+    pub brake_min: usize,
+    pub brake_fraction: f64,
 }
 
 impl GhostPolicy {
@@ -148,6 +152,8 @@ impl GhostPolicy {
             agent_stale_after: Duration::from_secs(35),
             startup_settle: Duration::from_secs(30),
             max_actions_per_sweep: 50,
+            brake_min: 10,
+            brake_fraction: 0.5,
         }
     }
 
@@ -344,6 +350,10 @@ pub fn plan_ghosts(
         };
     };
     let mut ghosts = Vec::new();
+    // Kills wanted this sweep (indices into `ghosts`), admitted after the
+    // count below; and the listed tasks they are a part of.
+    let mut wanted = Vec::new();
+    let mut listed = 0usize;
     let mut agents: Vec<(&String, &AgentSeen)> = view.agents.iter().collect();
     agents.sort_by(|a, b| a.0.cmp(b.0));
     for (worker, seen) in agents {
@@ -364,6 +374,7 @@ pub fn plan_ghosts(
                 }
                 continue;
             }
+            listed += 1;
             let row = rows.get(&task.task_id);
             // most listed tasks run: decided without allocating
             let Some(over) = over(view, worker, row) else {
@@ -443,7 +454,8 @@ pub fn plan_ghosts(
                         note = Some(KILL_ORDERED.to_string());
                         Disposition::Report
                     } else {
-                        budget.admit(valid_since, now)
+                        wanted.push(ghosts.len());
+                        Disposition::Act
                     }
                 }
             };
@@ -476,9 +488,60 @@ pub fn plan_ghosts(
             });
         }
     }
+    admit_kills(
+        &mut ghosts,
+        &wanted,
+        listed,
+        valid_since,
+        now,
+        policy,
+        budget,
+    );
     GhostPlan {
         ghosts,
         memory: kept,
+    }
+}
+
+/// Admits the wanted kills through the budget, in order — unless so many of
+/// the listed tasks would be killed at once that the daemon's reading is
+/// more likely wrong than the cluster (pointed at the wrong or a restored
+/// database, every listed row "gone"): then, as the brake does for zombies
+/// (SPEC §4.4, the same `min_zombies` and `max_zombie_fraction`), none is.
+fn admit_kills(
+    ghosts: &mut [Ghost],
+    wanted: &[usize],
+    listed: usize,
+    valid_since: Instant,
+    now: Instant,
+    policy: &GhostPolicy,
+    budget: &mut Budget,
+) {
+    let n = wanted.len();
+    let mass = n > 0
+        && n >= policy.brake_min
+        && (n as f64) >= policy.brake_fraction * (listed.max(1) as f64);
+    for &i in wanted {
+        let disposition = if let Some(b) = budget.blocked(valid_since, now) {
+            // a hold, the brake, the settle: said as the budget says them
+            Disposition::Blocked(b)
+        } else if mass {
+            Disposition::Blocked(Blocked::Brake(format!(
+                "{n} of {listed} listed tasks would be killed at once \
+                 (brake.min_zombies {}, brake.max_zombie_fraction {})",
+                policy.brake_min, policy.brake_fraction
+            )))
+        } else {
+            budget.admit(valid_since, now)
+        };
+        let g = &mut ghosts[i];
+        // a hold (standby, check) is said once by the status, not per ghost
+        if let Disposition::Blocked(b) = &disposition {
+            if !matches!(b, Blocked::Hold(_)) {
+                g.note = Some(b.describe());
+            }
+        }
+        g.disposition = disposition;
     }
 }
 

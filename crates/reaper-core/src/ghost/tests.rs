@@ -570,3 +570,54 @@ fn check_judges_in_one_look_from_the_rows_end() {
     );
     assert!(pl.ghosts.is_empty());
 }
+
+/// So many kills at once that the daemon's reading is more likely wrong than
+/// the cluster (the wrong or a restored database: every listed row "gone"
+/// or over): none is ordered, as the brake holds zombies; fewer, or a small
+/// share of what the agents list, are ordered as usual.
+#[test]
+fn a_mass_of_kills_against_what_the_agents_list_is_braked() {
+    let kills = |listed: i64, over: i64| {
+        let tasks: Vec<(i64, Vec<AgentProcess>)> = (1..=listed)
+            .map(|id| (id, vec![proc_(100 + id as i32, 11, false)]))
+            .collect();
+        let rows: Vec<GhostRow> = (1..=listed)
+            .map(|id| match id <= over {
+                true => row(id, 7, 1, W1, Some(30)),
+                false => row(id, 1, 1, W1, None),
+            })
+            .collect();
+        let mut s = Sweeper::new();
+        s.p.action = GhostAction::Kill;
+        s.p.brake_min = 3;
+        s.p.brake_fraction = 0.5;
+        let mut v = view();
+        run(&mut s, &mut v, &rows, &tasks, 40, 120)
+            .into_iter()
+            .find(|(_, g)| !g.is_empty())
+            .unwrap()
+            .1
+    };
+    // 4 of 4 listed: at least brake_min and at least half
+    let g = kills(4, 4);
+    assert_eq!(g.len(), 4);
+    for g in &g {
+        assert!(
+            matches!(&g.disposition, Disposition::Blocked(Blocked::Brake(w)) if w.contains("4 of 4 listed")),
+            "{g:?}"
+        );
+        assert!(g
+            .note
+            .as_deref()
+            .unwrap()
+            .starts_with("brake engaged: 4 of 4"));
+    }
+    // 2 of 4: fewer than brake_min
+    let g = kills(4, 2);
+    assert_eq!(g.len(), 2);
+    assert!(g.iter().all(|g| g.disposition == Disposition::Act));
+    // 4 of 10: under half of what is listed
+    let g = kills(10, 4);
+    assert_eq!(g.len(), 4);
+    assert!(g.iter().all(|g| g.disposition == Disposition::Act));
+}

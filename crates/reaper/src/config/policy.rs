@@ -115,6 +115,8 @@ impl Settings {
             agent_stale_after: r.agent_stale_after,
             startup_settle: r.startup_settle,
             max_actions_per_sweep: r.max_actions_per_sweep,
+            brake_min: self.brake.min_zombies,
+            brake_fraction: self.brake.max_zombie_fraction,
         }
     }
 
