@@ -10,7 +10,7 @@ use ds_sim::etcd::server::PrivateEtcd;
 use ds_sim::etcd::EtcdSimServer;
 use reaper_core::agent::AgentReport;
 use reaper_core::{DsLine, NodeKind};
-use reaper_etcd::{EtcdAgentPublisher, EtcdLeader, EtcdRegistry};
+use reaper_etcd::{EtcdAgentKey, EtcdLeader, EtcdRegistry};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -57,7 +57,7 @@ async fn an_etcd_restart_invalidates_the_view_and_a_fresh_read_restarts_absence_
     let mut wa = worker(&eps, a).await;
     let _wb = worker(&eps, b).await;
     let reg = EtcdRegistry::start(settings(&eps, NS), CancellationToken::new());
-    let agent = EtcdAgentPublisher::new(settings(&eps, NS), AGENTS, b);
+    let agent = EtcdAgentKey::new(settings(&eps, NS), AGENTS, b);
     agent.publish(&report(b)).await.unwrap();
     let v = wait_view(&reg, "two workers and an agent", |v| {
         v.is_valid() && v.workers.len() == 2 && v.agents.contains_key(b)

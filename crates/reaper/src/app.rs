@@ -11,7 +11,7 @@ use reaper_core::{RegistryView, ViewState};
 use reaper_etcd::{EtcdLeader, EtcdRegistry, EtcdSettings};
 use reaper_jdbc::{JdbcLeader, JdbcRegistry, JdbcSettings, LeaderOptions};
 use reaper_sql::{Db, DbSettings, SqlStore};
-use reaper_zk::{LeaderElection, Registry, ZkSettings};
+use reaper_zk::{ZkLeader, ZkRegistry, ZkSettings};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -134,9 +134,9 @@ fn registry(
     Ok(match settings.registry.kind {
         RegistryKind::Zookeeper => {
             let zk = zk_settings(settings);
-            let registry = Registry::start(zk.clone(), cancel.child_token());
+            let registry = ZkRegistry::start(zk.clone(), cancel.child_token());
             let leader = elect.then(|| {
-                Arc::new(LeaderElection::start(
+                Arc::new(ZkLeader::start(
                     zk,
                     settings.leader.path.clone(),
                     replica_id(),
@@ -371,14 +371,32 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
 
 /// The agent's settings from `[agent]`, `[zookeeper]` and `[dolphinscheduler]`.
 pub fn agent_settings(s: &Settings) -> anyhow::Result<reaper_agent::AgentSettings> {
-    use reaper_agent::{AgentRegistry, AgentSettings, ZkTarget};
+    use reaper_agent::{AgentRegistry, AgentSettings, Publisher};
     let registry = match s.registry.kind {
         RegistryKind::Zookeeper => {
-            let mut t = ZkTarget::new(s.zookeeper.connect.clone(), s.zookeeper.root.clone());
+            let mut t = ZkSettings::new(s.zookeeper.connect.clone(), s.zookeeper.root.clone());
             t.session_timeout = s.zookeeper.session_timeout;
-            AgentRegistry::ZooKeeper(t)
+            AgentRegistry::new(
+                format!("ZooKeeper {}", t.connect),
+                move |path, line, cancel| -> Arc<dyn Publisher> {
+                    let t = ZkSettings { line, ..t.clone() };
+                    Arc::new(reaper_zk::ZkAgentPublisher::start(t, path, cancel))
+                },
+            )
         }
-        RegistryKind::Etcd => AgentRegistry::Etcd(reaper_agent::EtcdTarget(etcd_settings(s))),
+        RegistryKind::Etcd => {
+            let e = etcd_settings(s);
+            AgentRegistry::new(
+                format!("etcd {}", e.endpoints.join(",")),
+                move |path, _, cancel| -> Arc<dyn Publisher> {
+                    Arc::new(reaper_etcd::EtcdAgentPublisher::start(
+                        e.clone(),
+                        path,
+                        cancel,
+                    ))
+                },
+            )
+        }
         RegistryKind::Jdbc => anyhow::bail!(
             "registry.type = \"jdbc\": agents publish through ZooKeeper or etcd only (SPEC §12)"
         ),

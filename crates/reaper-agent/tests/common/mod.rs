@@ -1,10 +1,11 @@
 //! Helpers of the agent's tests against a real ZooKeeper and real processes.
 #![allow(dead_code)]
 
-use reaper_agent::{AgentRegistry, AgentSettings, ZkTarget};
+use reaper_agent::{AgentRegistry, AgentSettings, Publisher};
 use reaper_core::agent::AgentReport;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use zookeeper_client as zk;
 
@@ -48,12 +49,40 @@ pub fn unique_root() -> String {
     )
 }
 
-pub fn target(zk: &str, root: &str) -> ZkTarget {
-    ZkTarget {
+pub fn target(zk: &str, root: &str) -> reaper_zk::ZkSettings {
+    reaper_zk::ZkSettings {
         session_timeout: Duration::from_secs(10),
         request_timeout: Duration::from_secs(5),
-        ..ZkTarget::new(zk, root)
+        ..reaper_zk::ZkSettings::new(zk, root)
     }
+}
+
+/// The agent's ZooKeeper registry, as `ds-reaper agent` builds it.
+pub fn zk_registry(target: reaper_zk::ZkSettings) -> AgentRegistry {
+    AgentRegistry::new(
+        format!("ZooKeeper {}", target.connect),
+        move |path, line, cancel| -> Arc<dyn Publisher> {
+            let t = reaper_zk::ZkSettings {
+                line,
+                ..target.clone()
+            };
+            Arc::new(reaper_zk::ZkAgentPublisher::start(t, path, cancel))
+        },
+    )
+}
+
+/// The agent's etcd registry, as `ds-reaper agent` builds it.
+pub fn etcd_registry(settings: reaper_etcd::EtcdSettings) -> AgentRegistry {
+    AgentRegistry::new(
+        format!("etcd {}", settings.endpoints.join(",")),
+        move |path, _, cancel| -> Arc<dyn Publisher> {
+            Arc::new(reaper_etcd::EtcdAgentPublisher::start(
+                settings.clone(),
+                path,
+                cancel,
+            ))
+        },
+    )
 }
 
 /// Settings for a test: a fast scan, the real /proc, an ephemeral port.
@@ -63,7 +92,7 @@ pub fn settings(zk: &str, root: &str, exec_base: &Path, worker: Option<&str>) ->
         exec_base: exec_base.to_path_buf(),
         scan_interval: Duration::from_millis(200),
         listen: "127.0.0.1:0".parse().unwrap(),
-        ..AgentSettings::new(AgentRegistry::ZooKeeper(target(zk, root)))
+        ..AgentSettings::new(zk_registry(target(zk, root)))
     }
 }
 

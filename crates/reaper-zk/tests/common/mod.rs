@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use reaper_core::{DsLine, RegistryView, Zone};
-use reaper_zk::{Registry, ZkSettings};
+use reaper_zk::{ZkRegistry, ZkSettings};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -82,7 +82,7 @@ pub fn sim_opts() -> ds_sim::zk::SimOptions {
 
 /// Waits until `pred` holds for the registry's view; panics with the view after `WAIT`.
 pub async fn wait_view(
-    reg: &Registry,
+    reg: &ZkRegistry,
     what: &str,
     pred: impl Fn(&RegistryView) -> bool,
 ) -> Arc<RegistryView> {
@@ -90,7 +90,7 @@ pub async fn wait_view(
 }
 
 pub async fn wait_view_for(
-    reg: &Registry,
+    reg: &ZkRegistry,
     what: &str,
     limit: Duration,
     pred: impl Fn(&RegistryView) -> bool,
