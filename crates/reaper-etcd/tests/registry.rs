@@ -110,7 +110,7 @@ async fn a_killed_worker_goes_when_its_lease_expires() {
     wait_view(&reg, "worker", |v| v.is_valid() && v.workers.len() == 1).await;
     let killed = Utc::now();
     w.kill().await;
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    reaper_test_support::hold("the lease has not expired yet", Duration::from_millis(1000)).await;
     assert!(
         reg.view().live(NodeKind::Worker, "10.0.2.1:1234").is_some(),
         "a killed server's key lives until its lease expires"

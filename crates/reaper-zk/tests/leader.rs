@@ -23,8 +23,8 @@ async fn exactly_one_leader_and_takeover_after_close() {
         CancellationToken::new(),
     );
     wait_until("one leader", || a.is_leader() || b.is_leader()).await;
-    // let both settle, then exactly one leads
-    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    reaper_test_support::hold("both settle", std::time::Duration::from_secs(1)).await;
+    // and exactly one leads
     assert!(
         a.is_leader() ^ b.is_leader(),
         "a={} b={}",

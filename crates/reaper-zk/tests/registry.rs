@@ -195,7 +195,11 @@ async fn unreadable_data_keeps_the_node_present() {
     .await;
     s.set_raw_data(b"\xff\x00garbage,,,").await.unwrap();
     s.set_raw_data(b"{\"startupTime\":\"soon\"").await.unwrap();
-    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    reaper_test_support::hold(
+        "unparsable data changes nothing",
+        std::time::Duration::from_secs(4),
+    )
+    .await;
     let v = reg.view();
     assert!(v
         .live(NodeKind::Worker, h)

@@ -1,52 +1,20 @@
-//! Helpers of the agent's tests against a real ZooKeeper and real processes.
-#![allow(dead_code)]
+//! The agent's test settings and registries (a real ZooKeeper or etcd, real
+//! processes); the helpers every crate's tests share are
+//! reaper-test-support's.
+#![allow(dead_code, unused_imports)]
 
 use reaper_agent::{AgentRegistry, AgentSettings, Publisher};
 use reaper_core::agent::AgentReport;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use zookeeper_client as zk;
 
-pub const WAIT: Duration = Duration::from_secs(30);
-
-/// The shared test ZooKeeper (`DS_TEST_ZK`, from deploy/dev/env.sh), or None
-/// outside CI when it is unreachable; under CI=true that is a failure.
-pub async fn shared_zk() -> Option<String> {
-    let addr = std::env::var("DS_TEST_ZK").unwrap_or_else(|_| "127.0.0.1:2181".to_string());
-    let port: u16 = addr
-        .split(',')
-        .next()
-        .and_then(|a| a.rsplit(':').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(2181);
-    if ds_sim::zkserver::ruok(port).await {
-        return Some(addr);
-    }
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("ZooKeeper at {addr} (DS_TEST_ZK) is unreachable and CI=true");
-    }
-    eprintln!(
-        "SKIPPED: ZooKeeper at {addr} (DS_TEST_ZK) is unreachable; run deploy/dev/services.sh start"
-    );
-    None
-}
-
-static N: AtomicU64 = AtomicU64::new(0);
+pub use reaper_test_support::{shared_zk, WAIT};
 
 /// A root of its own for each test: `/t-agent-<unique>/dolphinscheduler`.
 pub fn unique_root() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!(
-        "/t-agent-{}-{}-{}/dolphinscheduler",
-        std::process::id(),
-        nanos,
-        N.fetch_add(1, Ordering::Relaxed)
-    )
+    reaper_test_support::unique_root("t-agent")
 }
 
 pub fn target(zk: &str, root: &str) -> reaper_zk::ZkSettings {
@@ -147,18 +115,12 @@ pub async fn wait_report(
 }
 
 /// Polls until `f` holds; panics after `WAIT`.
-pub async fn wait_until<F, Fut>(what: &str, mut f: F)
+pub async fn wait_until<F, Fut>(what: &str, f: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !f().await {
-        if tokio::time::Instant::now() > deadline {
-            panic!("timed out after {WAIT:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    reaper_test_support::wait_until_async(what, WAIT, f).await
 }
 
 /// GET `url`: the status and the body.
