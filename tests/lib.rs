@@ -8,10 +8,12 @@ use ds_sim::reaper::{read_audit, ReaperProcess, Spawn};
 use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 pub use ds_sim;
+/// The helper set every crate's tests share: a missing service fails under
+/// `CI=true` and is `SKIPPED: …` elsewhere; named "nothing happens" holds.
+pub use reaper_test_support::{hold, private_etcd_available, shared_etcd, skip};
 
 /// How long a test waits for a condition before failing (generous: no timing assertions).
 pub const WAIT: Duration = Duration::from_secs(60);
@@ -38,30 +40,15 @@ pub async fn services_up() -> bool {
     if zk_ok && my_ok && pg_ok {
         return true;
     }
-    let msg = format!(
+    skip(&format!(
         "services missing: zookeeper={zk_ok} mariadb={my_ok} postgres={pg_ok}; run deploy/dev/services.sh start"
-    );
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{msg} (CI=true)");
-    }
-    eprintln!("SKIPPED: {msg}");
+    ));
     false
 }
 
-static N: AtomicU64 = AtomicU64::new(0);
-
-/// A ZooKeeper root of the test's own.
+/// A ZooKeeper root of the test's own: `/e2e-<unique>/dolphinscheduler`.
 pub fn unique_root() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!(
-        "/e2e-{}-{}-{}/dolphinscheduler",
-        std::process::id(),
-        nanos % 1_000_000_000,
-        N.fetch_add(1, Ordering::Relaxed)
-    )
+    reaper_test_support::unique_root("e2e")
 }
 
 /// The `ds-reaper` binary: `DS_REAPER_BIN`, or the workspace's debug build
@@ -503,4 +490,78 @@ where
         bail!("the survivor did not stop cleanly");
     }
     Ok(())
+}
+
+/// The usual set-up of a test on ZooKeeper: the services checked, a database
+/// of its own with a DS schema, a ZooKeeper root of its own; the cluster,
+/// daemon and agent started on them; both removed by [`Scenario::cleanup`].
+///
+/// ```ignore
+/// let Some(sc) = Scenario::start(SimKind::MySql, "3.2.2").await? else {
+///     return Ok(()); // skipped outside CI
+/// };
+/// let (_m, [w1, _w2, _w3]) = sc.cluster().await?;
+/// let d = sc.daemon("[policy]\nworker_lost = \"fail\"\n").await?;
+/// // …
+/// sc.cleanup().await
+/// ```
+pub struct Scenario {
+    pub db: SimDb,
+    pub root: String,
+}
+
+impl Scenario {
+    /// None (after `SKIPPED: …`) when a service is missing outside CI; under
+    /// `CI=true` a missing service fails the test.
+    pub async fn start(kind: SimKind, fixture: &str) -> Result<Option<Scenario>> {
+        if !services_up().await {
+            return Ok(None);
+        }
+        Ok(Some(Scenario {
+            db: sim_db(kind, fixture).await?,
+            root: unique_root(),
+        }))
+    }
+
+    /// The DS line of the database's schema.
+    pub fn line(&self) -> reaper_core::DsLine {
+        self.db.line
+    }
+
+    /// A master at 10.0.0.1:5678 and workers 10.0.0.11-13:1234 of the
+    /// schema's line, started long before any task.
+    pub async fn cluster(&self) -> Result<(ds_sim::zk::SimServer, [ds_sim::zk::SimServer; 3])> {
+        master_and_three_workers(
+            &zk_connect(),
+            &self.root,
+            self.line(),
+            "10.0.0.1:5678",
+            long_ago(),
+        )
+        .await
+    }
+
+    /// `ds-reaper run` on the scenario's database and root.
+    pub async fn daemon(&self, extra: &str) -> Result<Daemon> {
+        Daemon::start(self.db.url(), &self.root, extra).await
+    }
+
+    pub async fn daemon_with_env(&self, extra: &str, env: &[(&str, &str)]) -> Result<Daemon> {
+        Daemon::start_with_env(self.db.url(), &self.root, extra, env).await
+    }
+
+    /// `ds-reaper agent` for `worker` on the scenario's root.
+    pub async fn agent(
+        &self,
+        worker: &str,
+        exec_base: &std::path::Path,
+        extra: &str,
+    ) -> Result<AgentProcess> {
+        AgentProcess::start(&self.root, worker, exec_base, extra).await
+    }
+
+    /// Removes the ZooKeeper tree and the database.
+    pub async fn cleanup(self) -> Result<()> {
+        cleanup(self.db, &self.root).await
+    }
 }

@@ -18,7 +18,6 @@ use reaper_agent::host::RegisteredWorker;
 use reaper_agent::testing::FakeProc;
 use reaper_agent::{
     Agent, AgentRegistry, AgentSettings, ExecPaths, ProcFs, PublishError, Publisher, Scanner,
-    ZkPublisher, ZkTarget,
 };
 use reaper_core::DsLine;
 use std::path::Path;
@@ -146,16 +145,26 @@ fn run_agent(exec_base: &str, secs: u64) {
             .unwrap_or(2181);
         let root = format!("/bench-agent-{}/dolphinscheduler", std::process::id());
         let cancel = tokio_util::sync::CancellationToken::new();
-        let mut settings = AgentSettings::new(AgentRegistry::ZooKeeper(ZkTarget::new(&zk, &root)));
+        let target = reaper_zk::ZkSettings::new(&zk, &root);
+        let start = target.clone();
+        let mut settings = AgentSettings::new(AgentRegistry::new(
+            format!("ZooKeeper {zk}"),
+            move |path, _, cancel| -> Arc<dyn Publisher> {
+                Arc::new(reaper_zk::ZkAgentPublisher::start(
+                    start.clone(),
+                    path,
+                    cancel,
+                ))
+            },
+        ));
         settings.worker = Some("bench:1234".into());
         settings.exec_base = exec_base.into();
         settings.scan_interval = Duration::from_millis(100);
         let reachable = ds_sim::zkserver::ruok(port).await;
         let publisher: Arc<dyn Publisher> = if reachable {
-            Arc::new(ZkPublisher::start(
-                ZkTarget::new(&zk, &root),
+            Arc::new(reaper_zk::ZkAgentPublisher::start(
+                target,
                 "ds-reaper/agents",
-                None,
                 cancel.child_token(),
             ))
         } else {

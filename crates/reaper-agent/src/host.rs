@@ -4,46 +4,11 @@
 //! from the proc filesystem (`net/fib_trie`'s local addresses and
 //! `net/if_inet6`), its name from `sys/kernel/hostname`: no unsafe code.
 
-use reaper_core::registry::{heartbeat, Detected};
-use reaper_core::{DsLine, HeartbeatFormat, RegistryLayout, Zone};
+pub use reaper_core::host::host_part;
+pub use reaper_core::publish::RegisteredWorker;
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv6Addr};
 use std::path::Path;
-
-/// A worker node as registered.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RegisteredWorker {
-    /// The node's name (its last path segment), e.g. `10.0.1.11:1234`.
-    pub name: String,
-    /// The `host` of its heartbeat (3.2+), when it has one.
-    pub heartbeat_host: Option<String>,
-    /// The heartbeat's `processId`: the worker JVM's pid on this host.
-    pub process_id: Option<i64>,
-    /// The DS lines the node's layout and heartbeat format allow (empty:
-    /// none, they contradict each other).
-    pub lines: Vec<DsLine>,
-}
-
-impl RegisteredWorker {
-    /// A worker node named `name` in `layout` with heartbeat `data`.
-    pub fn from_node(name: &str, layout: Option<RegistryLayout>, data: &[u8]) -> RegisteredWorker {
-        let parsed = heartbeat::parse(data, Zone::Local).ok();
-        let format = parsed.as_ref().map(|(_, f)| *f);
-        // only 2.0.6-2.0.9 wrote 14 CSV fields
-        let csv14 = format == Some(HeartbeatFormat::CsvEpoch)
-            && data.iter().filter(|b| **b == b',').count() == 13;
-        let hb = parsed.map(|(hb, _)| hb);
-        RegisteredWorker {
-            name: name.to_string(),
-            heartbeat_host: hb
-                .as_ref()
-                .and_then(|h| h.address.as_deref())
-                .map(|a| host_part(a).to_string()),
-            process_id: hb.and_then(|h| h.process_id),
-            lines: Detected::from_evidence(layout, format, csv14).lines,
-        }
-    }
-}
 
 /// What this host is known as.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -82,19 +47,6 @@ impl HostIdentity {
         let host = host.to_ascii_lowercase();
         let name = self.hostname.as_deref()?;
         (host == name || host.starts_with(&format!("{name}."))).then_some(true)
-    }
-}
-
-/// The host part of a node name: `10.0.0.5:1234` → `10.0.0.5`, `10.0.0.5`
-/// → itself, `[fe80::1]:1234` → `fe80::1`, a bare IPv6 address → itself.
-pub fn host_part(name: &str) -> &str {
-    let name = name.trim();
-    if name.parse::<IpAddr>().is_ok() {
-        return name;
-    }
-    match name.rsplit_once(':') {
-        Some((h, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => h,
-        _ => name,
     }
 }
 
@@ -165,6 +117,7 @@ fn ipv6(text: &str) -> Vec<IpAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use reaper_core::{DsLine, RegistryLayout};
 
     const FIB: &str = "Main:\n  +-- 0.0.0.0/0 3 0 5\n     |-- 0.0.0.0\n        /0 universe UNICAST\n     +-- 127.0.0.0/8 2 0 2\n        +-- 127.0.0.0/31 1 0 0\n           |-- 127.0.0.0\n              /8 host LOCAL\n           |-- 127.0.0.1\n              /32 host LOCAL\n        |-- 127.255.255.255\n           /32 link BROADCAST\n     +-- 10.0.1.0/24 2 0 2\n        |-- 10.0.1.0\n           /24 link UNICAST\n        |-- 10.0.1.11\n           /32 host LOCAL\nLocal:\n  +-- 0.0.0.0/0 3 0 5\n           |-- 127.0.0.1\n              /32 host LOCAL\n";
 

@@ -23,15 +23,15 @@
 //! - [`proc`]: reading `/proc` (or a fake tree): the [`ProcSource`] port and [`ProcFs`].
 //! - [`scan`]: one scan → tasks, pids, start times, unreadable processes.
 //! - [`host`]: `agent.worker = "auto"`: this host's addresses and its worker node.
-//! - [`publish`]: the [`Publisher`] port every registry implements.
-//! - [`zk`]: the ZooKeeper publisher, its own session.
+//! - [`publish`]: the [`Publisher`] port (reaper-core's) every registry
+//!   implements — reaper-zk's and reaper-etcd's agent publishers, each in a
+//!   session of its own — and the [`AgentRegistry`] the binary picks.
 //! - [`orders`]: kill orders read from the registry, each carried out once and
 //!   answered; [`kill`]: carrying one out (re-check, SIGTERM, SIGKILL).
 //! - `runtime`: the scan loop and shutdown; `http`: the endpoints; [`metrics`].
 //! - [`testing`]: a fake proc tree and a denying source, for tests and benchmarks.
 
 pub mod appids;
-pub mod etcd;
 pub mod execpath;
 pub mod host;
 mod http;
@@ -43,15 +43,12 @@ pub mod publish;
 mod runtime;
 pub mod scan;
 pub mod testing;
-pub mod zk;
 
-pub use etcd::{EtcdPublisher, EtcdTarget};
 pub use execpath::{ExecPaths, TaskRef};
 pub use proc::{ProcFs, ProcSource};
-pub use publish::{PublishError, Publisher};
+pub use publish::{AgentRegistry, PublishError, Publisher, StartPublisher};
 pub use runtime::Agent;
 pub use scan::{Scan, Scanner};
-pub use zk::{ZkPublisher, ZkTarget};
 
 use reaper_core::DsLine;
 use std::net::SocketAddr;
@@ -63,7 +60,7 @@ pub use reaper_core::order::{DEFAULT_KILL_GRACE, MAX_KILL_GRACE};
 
 /// Everything the agent needs (SPEC §6 `[agent]`, plus the registry it
 /// publishes into).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct AgentSettings {
     /// `agent.worker`: the worker's registered node name; None for `"auto"`.
     pub worker: Option<String>,
@@ -95,14 +92,6 @@ pub struct AgentSettings {
     /// `agent.kill_grace`: SIGTERM to SIGKILL.
     pub kill_grace: Duration,
     pub registry: AgentRegistry,
-}
-
-/// The registry the agent publishes into (SPEC §14: ZooKeeper or etcd; the
-/// JDBC registry has no agents).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AgentRegistry {
-    ZooKeeper(ZkTarget),
-    Etcd(EtcdTarget),
 }
 
 impl AgentSettings {
@@ -223,7 +212,12 @@ mod tests {
 
     #[test]
     fn settings_are_checked() {
-        let s = AgentSettings::new(AgentRegistry::ZooKeeper(ZkTarget::new("x:2181", "/ds")));
+        let s = AgentSettings::new(AgentRegistry::new(
+            "none",
+            |_, _, _| -> std::sync::Arc<dyn Publisher> {
+                unreachable!("validation starts no publisher")
+            },
+        ));
         assert_eq!(s.clone().validated().unwrap().path, "ds-reaper/agents");
         let bad = AgentSettings {
             exec_base: "relative".into(),

@@ -25,13 +25,7 @@ const CAP_KILL: u32 = 5;
 /// listing that still shows a node being deleted never runs it twice.
 const RETIRED_KEPT: usize = 4096;
 
-/// One node of the agent's order folder: its name (the task id, as the
-/// daemon wrote it) and its data.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OrderNode {
-    pub name: String,
-    pub data: Vec<u8>,
-}
+pub use reaper_core::publish::OrderNode;
 
 /// What the agent knows of its orders; pure bookkeeping, no I/O.
 #[derive(Debug, Default)]

@@ -1,64 +1,60 @@
-//! Where the agent publishes: a small port, so that ZooKeeper ([`crate::zk`])
-//! and etcd (`reaper_etcd`'s agent publisher) plug into the same runtime.
-//!
-//! A publisher owns a registry session of its own (SPEC §12), keeps it alive
-//! and re-establishes it after an expiry; `publish` writes the report as the
-//! data of the agent's ephemeral node (key bound to the session or lease),
-//! creating it again whenever the session that held it is gone.
+//! Where the agent publishes: the port is reaper-core's
+//! [`reaper_core::publish::Publisher`], so that ZooKeeper (reaper-zk's
+//! `ZkAgentPublisher`) and etcd (reaper-etcd's `EtcdAgentPublisher`) plug into
+//! the same runtime without this crate depending on either; the binary
+//! chooses one through [`AgentRegistry`].
 
-use crate::host::RegisteredWorker;
-use crate::orders::OrderNode;
-use futures::future::BoxFuture;
-use reaper_core::agent::AgentReport;
+use reaper_core::DsLine;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 
-/// Why a publisher call failed; the runtime counts it and tries again after
-/// the next scan.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct PublishError(pub String);
+pub use reaper_core::publish::{OrderNode, PublishError, Publisher, RegisteredWorker};
 
-impl PublishError {
-    pub fn new(msg: impl Into<String>) -> Self {
-        PublishError(msg.into())
+/// Starts the publisher of a registry: `path` is the validated `agent.path`,
+/// `line` the configured line (None: auto), `cancel` ends its session.
+pub type StartPublisher =
+    dyn Fn(&str, Option<DsLine>, CancellationToken) -> Arc<dyn Publisher> + Send + Sync;
+
+/// The registry the agent publishes into (SPEC §14: ZooKeeper or etcd; the
+/// JDBC registry has no agents): its name for logs, and how to start its
+/// publisher.
+#[derive(Clone)]
+pub struct AgentRegistry {
+    name: String,
+    start: Arc<StartPublisher>,
+}
+
+impl AgentRegistry {
+    /// `name` says which registry and where, e.g. `ZooKeeper 10.0.0.1:2181`.
+    pub fn new<F>(name: impl Into<String>, start: F) -> AgentRegistry
+    where
+        F: Fn(&str, Option<DsLine>, CancellationToken) -> Arc<dyn Publisher>
+            + Send
+            + Sync
+            + 'static,
+    {
+        AgentRegistry {
+            name: name.into(),
+            start: Arc::new(start),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn start(
+        &self,
+        path: &str,
+        line: Option<DsLine>,
+        cancel: CancellationToken,
+    ) -> Arc<dyn Publisher> {
+        (self.start)(path, line, cancel)
     }
 }
 
-/// The registry the agent publishes into.
-pub trait Publisher: Send + Sync + 'static {
-    /// Writes `report` (its JSON) as the data of the agent node
-    /// `<root>/<agent.path>/<worker>`, creating the node (ephemeral to the
-    /// publisher's session or lease) if needed.
-    fn publish<'a>(
-        &'a self,
-        worker: &'a str,
-        report: &'a AgentReport,
-    ) -> BoxFuture<'a, Result<(), PublishError>>;
-
-    /// The worker nodes registered now, for `agent.worker = "auto"`.
-    fn workers(&self) -> BoxFuture<'_, Result<Vec<RegisteredWorker>, PublishError>>;
-
-    /// The worker node `name` as registered now (its heartbeat's JVM pid and
-    /// the lines it allows), or None while it is absent. Read after every
-    /// scan: it should cost a read or two, not a listing of every worker.
-    fn worker<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<RegisteredWorker>, PublishError>>;
-
-    /// The nodes of the worker's order folder `<root>/ds-reaper/orders/<worker>`
-    /// (SPEC §15), read in the publisher's own session; none while the folder
-    /// does not exist. A publisher of a registry without orders has none.
-    fn orders<'a>(
-        &'a self,
-        _worker: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<OrderNode>, PublishError>> {
-        Box::pin(async { Ok(Vec::new()) })
+impl std::fmt::Debug for AgentRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("AgentRegistry").field(&self.name).finish()
     }
-
-    /// Whether the session is connected now.
-    fn connected(&self) -> bool;
-
-    /// Ends the session at once, so the agent's node goes now rather than
-    /// after the session timeout.
-    fn close(&self) -> BoxFuture<'_, ()>;
 }

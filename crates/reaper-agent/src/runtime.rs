@@ -13,8 +13,7 @@ use crate::orders::Orders;
 use crate::proc::{ProcFs, ProcSource};
 use crate::publish::Publisher;
 use crate::scan::{Scan, Scanner};
-use crate::zk::ZkPublisher;
-use crate::{AgentError, AgentRegistry, AgentSettings};
+use crate::{AgentError, AgentSettings};
 use reaper_core::agent::AgentReport;
 use serde_json::json;
 use std::sync::{Arc, Mutex};
@@ -167,19 +166,9 @@ impl Agent {
         let settings = self.settings.validated()?;
         let publisher: Arc<dyn Publisher> = match self.publisher {
             Some(p) => p,
-            None => match &settings.registry {
-                AgentRegistry::ZooKeeper(t) => Arc::new(ZkPublisher::start(
-                    t.clone(),
-                    &settings.path,
-                    settings.line,
-                    cancel.child_token(),
-                )),
-                AgentRegistry::Etcd(t) => Arc::new(crate::etcd::EtcdPublisher::start(
-                    t.clone(),
-                    &settings.path,
-                    cancel.child_token(),
-                )),
-            },
+            None => settings
+                .registry
+                .start(&settings.path, settings.line, cancel.child_token()),
         };
         let source = self
             .source
@@ -212,6 +201,7 @@ impl Agent {
             version = env!("CARGO_PKG_VERSION"),
             exec_base = %settings.exec_base.display(),
             worker = settings.worker.as_deref().unwrap_or("auto"),
+            registry = settings.registry.name(),
             scan_interval = ?settings.scan_interval,
             allow_kill = settings.allow_kill,
             listen = ?listener.local_addr().ok(),

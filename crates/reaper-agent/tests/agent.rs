@@ -9,8 +9,9 @@ mod common;
 use common::*;
 use ds_sim::procs::ExecBase;
 use reaper_agent::testing::{Denial, Denying};
-use reaper_agent::{Agent, ProcFs, Publisher, ZkPublisher};
+use reaper_agent::{Agent, ProcFs, Publisher};
 use reaper_core::{DsLine, NodeKind};
+use reaper_zk::ZkAgentPublisher;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -358,10 +359,9 @@ async fn the_node_is_created_again_after_a_session_expiry() {
     let _t = base.start(DsLine::V3_2, 7, 8).unwrap();
     let s = settings(&zk, &root, base.path(), Some("w1:1234"));
     let cancel = CancellationToken::new();
-    let publisher = Arc::new(ZkPublisher::start(
+    let publisher = Arc::new(ZkAgentPublisher::start(
         target(&zk, &root),
         &s.path,
-        None,
         cancel.child_token(),
     ));
     let (listener, _) = listener().await;

@@ -13,7 +13,7 @@ use reaper_core::DsLine;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-const WAIT: Duration = Duration::from_secs(30);
+use reaper_test_support::WAIT;
 
 const ALLOW: KillRules = KillRules {
     allow: true,

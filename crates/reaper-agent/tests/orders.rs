@@ -10,7 +10,7 @@ use common::*;
 use ds_sim::etcd::{EtcdSimOptions, EtcdSimServer};
 use ds_sim::procs::ExecBase;
 use ds_sim::zk::SimServer;
-use reaper_agent::{Agent, AgentRegistry, AgentSettings, EtcdTarget};
+use reaper_agent::{Agent, AgentSettings};
 use reaper_core::agent::AgentReport;
 use reaper_core::order::{KillOrder, OrderPid, OrderResult};
 use reaper_core::{DsLine, NodeKind};
@@ -298,7 +298,7 @@ async fn an_etcd_order_kills_the_tree_and_is_answered() {
         listen: "127.0.0.1:0".parse().unwrap(),
         allow_kill: true,
         kill_grace: Duration::from_millis(500),
-        ..AgentSettings::new(AgentRegistry::Etcd(EtcdTarget(es)))
+        ..AgentSettings::new(etcd_registry(es))
     };
     s.line = Some(DsLine::V3_2);
     let (cancel, task) = spawn_agent(s, listener);

@@ -2,6 +2,7 @@
 //! and a registry node is compared by the last segment of its path.
 
 use std::borrow::Cow;
+use std::net::IpAddr;
 
 /// Normalises a host as written in `t_ds_task_instance.host` or a node name.
 /// Borrows when the input is already normal (the common case on the hot path).
@@ -29,6 +30,19 @@ pub fn is_empty(host: Option<&str>) -> bool {
             let t = h.trim();
             t.is_empty() || t.eq_ignore_ascii_case("null")
         }
+    }
+}
+
+/// The host part of a node name: `10.0.0.5:1234` → `10.0.0.5`, `10.0.0.5`
+/// → itself, `[fe80::1]:1234` → `fe80::1`, a bare IPv6 address → itself.
+pub fn host_part(name: &str) -> &str {
+    let name = name.trim();
+    if name.parse::<IpAddr>().is_ok() {
+        return name;
+    }
+    match name.rsplit_once(':') {
+        Some((h, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => name,
     }
 }
 

@@ -36,6 +36,7 @@ pub mod order;
 pub mod plan;
 pub mod policy;
 pub mod ports;
+pub mod publish;
 pub mod rate;
 pub mod reason;
 pub mod registry;

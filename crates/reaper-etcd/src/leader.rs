@@ -18,7 +18,7 @@ use crate::keys::under;
 use crate::lease::{revoke, KeptLease};
 use crate::listing::{read_all, Kv};
 use crate::registry::lock;
-use crate::session::{backoff, sleep};
+use crate::session::backoff;
 use crate::watch::{open_watches, Progress};
 use crate::{bounded, connect, EtcdError, EtcdSettings};
 use etcd_client::{Compare, CompareOp, EventType, PutOptions, Txn, TxnOp};
@@ -142,7 +142,11 @@ async fn run(
         if started.elapsed() > settings.lease_ttl {
             backoff.reset();
         }
-        if sleep(&cancel, backoff.next_delay()).await {
+        if cancel
+            .run_until_cancelled(tokio::time::sleep(backoff.next_delay()))
+            .await
+            .is_none()
+        {
             break;
         }
     }
@@ -165,10 +169,10 @@ async fn term(
     };
     // No key is bound to a lease yet: one granted as this is cancelled
     // expires by itself.
-    let (client, lease) = tokio::select! {
-        r = setup => r?,
-        _ = cancel.cancelled() => return Ok(()),
+    let Some(setup) = cancel.run_until_cancelled(setup).await else {
+        return Ok(());
     };
+    let (client, lease) = setup?;
     let lease_id = lease.id();
     let r = stand(&client, lease, name, id, shared, cancel, rt).await;
     // Not leading any more before the key goes, so two never lead at once.

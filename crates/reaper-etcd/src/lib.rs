@@ -21,8 +21,9 @@
 //! [`EtcdLeader`] elects one acting replica on `<namespace>/ds-reaper/leader`
 //! with a key bound to the replica's own lease, ordered by create revision
 //! (the protocol and key layout of etcd's own election), and drops leadership
-//! as soon as a keep-alive of that lease fails. [`EtcdAgentPublisher`] is the
-//! agent's side: its report under its own lease.
+//! as soon as a keep-alive of that lease fails. [`EtcdAgentKey`] is the
+//! agent's side: its report under its own lease; [`EtcdAgentPublisher`]
+//! wraps it as reaper-core's agent `Publisher` port.
 //!
 //! The membership rules, heartbeat parsing and layout detection are
 //! reaper-core's [`reaper_core::registry`], shared with the ZooKeeper adapter.
@@ -34,11 +35,13 @@
 //! - `watch`: one read-then-watch cycle driving the membership machine.
 //! - `listing`: the paged range reads at one revision.
 //! - `leader`: the election.
-//! - `publisher`: the agent's publisher.
+//! - `publisher`: the agent's key under its own lease; `agent`: the agent's
+//!   publisher (the port `ds-reaper agent` runs).
 //! - `keys`: where things are under the namespace.
 //! - `port`: the engine's ports.
 //! - `orders`: kill orders for ghost processes (SPEC §15), plain keys (no lease).
 
+mod agent;
 mod agent_orders;
 mod keys;
 mod leader;
@@ -55,9 +58,10 @@ use reaper_core::{DsLine, Zone};
 use std::future::Future;
 use std::time::Duration;
 
+pub use agent::EtcdAgentPublisher;
 pub use agent_orders::EtcdOrderReader;
 pub use leader::EtcdLeader;
-pub use publisher::EtcdAgentPublisher;
+pub use publisher::EtcdAgentKey;
 pub use reaper_core::registry::Detected;
 pub use reaper_core::RegistryView;
 pub use registry::{EtcdRegistry, Hooks};

@@ -1,9 +1,9 @@
 //! The agent's side (SPEC §12): its report under
 //! `<namespace>/<agent.path>/<worker>`, bound to a lease of its own
 //! (`lease_ttl`) that a background task keeps alive. The agent calls
-//! [`EtcdAgentPublisher::publish`] after every scan; the rewrite is its
+//! [`EtcdAgentKey::publish`] after every scan; the rewrite is its
 //! heartbeat. When the process dies the lease expires and the key goes;
-//! [`EtcdAgentPublisher::close`] revokes it so the key goes at once.
+//! [`EtcdAgentKey::close`] revokes it so the key goes at once.
 //!
 //! A lease that is lost (keep-alives unanswered, expired after a long
 //! partition) or a put that fails is not retried in the background: the next
@@ -20,7 +20,7 @@ use std::sync::Arc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-pub struct EtcdAgentPublisher {
+pub struct EtcdAgentKey {
     settings: EtcdSettings,
     key: String,
     live: tokio::sync::Mutex<Option<Live>>,
@@ -37,14 +37,14 @@ struct Live {
     task: JoinHandle<()>,
 }
 
-impl EtcdAgentPublisher {
+impl EtcdAgentKey {
     /// A publisher for `worker` (the worker's registered node name, e.g.
     /// `10.0.1.11:1234`) under `agent_path` (SPEC §6 `[agent] path`,
     /// `ds-reaper/agents`): the key `<namespace>/<agent_path>/<worker>`. No
     /// I/O until the first [`publish`](Self::publish).
-    pub fn new(settings: EtcdSettings, agent_path: &str, worker: &str) -> EtcdAgentPublisher {
+    pub fn new(settings: EtcdSettings, agent_path: &str, worker: &str) -> EtcdAgentKey {
         let key = agent_key(&settings.namespace, agent_path, worker);
-        EtcdAgentPublisher {
+        EtcdAgentKey {
             settings,
             key,
             live: tokio::sync::Mutex::new(None),
@@ -158,7 +158,7 @@ impl EtcdAgentPublisher {
     }
 }
 
-impl Drop for EtcdAgentPublisher {
+impl Drop for EtcdAgentKey {
     fn drop(&mut self) {
         // Dropped without close: the lease is no longer kept alive and
         // expires after its TTL, as when the process dies.

@@ -13,7 +13,6 @@ use crate::{connect, EtcdSettings};
 use reaper_core::registry::Backoff;
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 /// The first retry waits about this long; each failure doubles it...
 const MIN_BACKOFF: Duration = Duration::from_millis(200);
@@ -27,14 +26,6 @@ pub(crate) fn backoff() -> Backoff {
         .build_hasher()
         .finish();
     Backoff::new(MIN_BACKOFF, MAX_BACKOFF, seed)
-}
-
-/// Sleeps unless cancelled first; true when cancelled.
-pub(crate) async fn sleep(cancel: &CancellationToken, d: Duration) -> bool {
-    tokio::select! {
-        _ = cancel.cancelled() => true,
-        _ = tokio::time::sleep(d) => false,
-    }
 }
 
 fn describe(settings: &EtcdSettings) -> String {
@@ -54,9 +45,8 @@ pub(crate) async fn run(mut w: Watcher) {
         let c = match client.clone() {
             Some(c) => c,
             None => {
-                let r = tokio::select! {
-                    _ = cancel.cancelled() => break,
-                    r = connect(&inner.settings) => r,
+                let Some(r) = cancel.run_until_cancelled(connect(&inner.settings)).await else {
+                    break;
                 };
                 match r {
                     Ok(c) => {
@@ -67,7 +57,11 @@ pub(crate) async fn run(mut w: Watcher) {
                         crate::registry::Inner::count(&inner.errors);
                         tracing::warn!(error = %e, "cannot connect to {}", describe(&inner.settings));
                         w.invalidate(format!("connecting to {}: {e}", describe(&inner.settings)));
-                        if sleep(&cancel, backoff.next_delay()).await {
+                        if cancel
+                            .run_until_cancelled(tokio::time::sleep(backoff.next_delay()))
+                            .await
+                            .is_none()
+                        {
                             break;
                         }
                         continue;
@@ -75,10 +69,10 @@ pub(crate) async fn run(mut w: Watcher) {
                 }
             }
         };
-        let outcome = tokio::select! {
-            o = w.serve(&c, &mut backoff) => o,
-            _ = cancel.cancelled() => Outcome::Cancelled,
-        };
+        let outcome = cancel
+            .run_until_cancelled(w.serve(&c, &mut backoff))
+            .await
+            .unwrap_or(Outcome::Cancelled);
         match outcome {
             Outcome::Cancelled => break,
             Outcome::Ended { reason, listed } => {
@@ -88,7 +82,11 @@ pub(crate) async fn run(mut w: Watcher) {
                 if !listed {
                     client = None;
                 }
-                if sleep(&cancel, backoff.next_delay()).await {
+                if cancel
+                    .run_until_cancelled(tokio::time::sleep(backoff.next_delay()))
+                    .await
+                    .is_none()
+                {
                     break;
                 }
             }

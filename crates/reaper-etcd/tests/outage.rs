@@ -10,7 +10,7 @@ use ds_sim::etcd::server::PrivateEtcd;
 use ds_sim::etcd::EtcdSimServer;
 use reaper_core::agent::AgentReport;
 use reaper_core::{DsLine, NodeKind};
-use reaper_etcd::{EtcdAgentPublisher, EtcdLeader, EtcdRegistry};
+use reaper_etcd::{EtcdAgentKey, EtcdLeader, EtcdRegistry};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -57,7 +57,7 @@ async fn an_etcd_restart_invalidates_the_view_and_a_fresh_read_restarts_absence_
     let mut wa = worker(&eps, a).await;
     let _wb = worker(&eps, b).await;
     let reg = EtcdRegistry::start(settings(&eps, NS), CancellationToken::new());
-    let agent = EtcdAgentPublisher::new(settings(&eps, NS), AGENTS, b);
+    let agent = EtcdAgentKey::new(settings(&eps, NS), AGENTS, b);
     agent.publish(&report(b)).await.unwrap();
     let v = wait_view(&reg, "two workers and an agent", |v| {
         v.is_valid() && v.workers.len() == 2 && v.agents.contains_key(b)
@@ -70,7 +70,7 @@ async fn an_etcd_restart_invalidates_the_view_and_a_fresh_read_restarts_absence_
 
     etcd.stop().await.unwrap();
     wait_view(&reg, "invalid while etcd is down", |v| !v.is_valid()).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    reaper_test_support::hold("etcd still down", Duration::from_millis(500)).await;
     assert!(!reg.view().is_valid(), "stays invalid while etcd is down");
     let restarted = Utc::now();
     etcd.start_again().await.unwrap();
@@ -126,7 +126,7 @@ async fn an_unreachable_etcd_invalidates_the_view_until_a_fresh_read() {
     })
     .await;
     let noticed = paused.elapsed();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    reaper_test_support::hold("etcd still paused", Duration::from_millis(500)).await;
     assert!(!reg.view().is_valid());
     let resumed = Utc::now();
     etcd.resume().unwrap();
@@ -163,7 +163,7 @@ async fn the_leader_steps_down_when_its_keep_alive_fails_and_stands_again_after(
     wait_until("stepped down", ttl, || !leader.is_leader()).await;
     let after = paused.elapsed();
     assert!(after < ttl, "stepped down after {after:?}");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    reaper_test_support::hold("etcd still paused", Duration::from_millis(300)).await;
     assert!(!leader.is_leader());
     etcd.resume().unwrap();
     wait_until("leader again", WAIT, || leader.is_leader()).await;

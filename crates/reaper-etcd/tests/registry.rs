@@ -8,7 +8,7 @@ use common::*;
 use ds_sim::etcd::{EtcdSimOptions, EtcdSimServer};
 use reaper_core::agent::AgentReport;
 use reaper_core::{DsLine, NodeKind, RegistryLayout};
-use reaper_etcd::{EtcdAgentPublisher, EtcdRegistry, Hooks};
+use reaper_etcd::{EtcdAgentKey, EtcdRegistry, Hooks};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -110,7 +110,7 @@ async fn a_killed_worker_goes_when_its_lease_expires() {
     wait_view(&reg, "worker", |v| v.is_valid() && v.workers.len() == 1).await;
     let killed = Utc::now();
     w.kill().await;
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    reaper_test_support::hold("the lease has not expired yet", Duration::from_millis(1000)).await;
     assert!(
         reg.view().live(NodeKind::Worker, "10.0.2.1:1234").is_some(),
         "a killed server's key lives until its lease expires"
@@ -273,7 +273,7 @@ async fn agent_keys_bound_to_their_own_lease_appear_in_the_view_and_vanish_with_
     let reg = EtcdRegistry::start(settings(&eps, &ns), CancellationToken::new());
     wait_view(&reg, "worker", |v| v.is_valid() && v.workers.len() == 1).await;
 
-    let agent = EtcdAgentPublisher::new(settings(&eps, &ns), AGENTS, h);
+    let agent = EtcdAgentKey::new(settings(&eps, &ns), AGENTS, h);
     assert_eq!(agent.key(), format!("{ns}/ds-reaper/agents/{h}"));
     let t0 = Utc::now();
     agent.publish(&report(h, 1)).await.unwrap();
@@ -317,7 +317,7 @@ async fn agent_keys_bound_to_their_own_lease_appear_in_the_view_and_vanish_with_
 
     // a dead agent (nothing keeps its lease alive): gone after the lease's TTL
     let h2 = "10.0.6.2:1234";
-    let dead = EtcdAgentPublisher::new(settings(&eps, &ns), AGENTS, h2);
+    let dead = EtcdAgentKey::new(settings(&eps, &ns), AGENTS, h2);
     dead.publish(&report(h2, 1)).await.unwrap();
     wait_view(&reg, "second agent", |v| v.agents.contains_key(h2)).await;
     let dropped = Utc::now();

@@ -31,14 +31,14 @@
 //! session locks do not hold.
 
 use crate::error::{bounded, JdbcError};
-use crate::settings::{redact_url, DbKind, JdbcSettings};
+use crate::settings::JdbcSettings;
 use reaper_core::registry::Backoff;
+use reaper_sql::connect::{mysql_options, pg_options, redact_url, DbKind};
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlRow};
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::ConnectOptions;
 use sqlx::{Connection, Executor, Row};
 use std::hash::{BuildHasher, Hasher};
-use std::str::FromStr;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -224,10 +224,7 @@ impl Target {
         let bad = |e: sqlx::Error| JdbcError::BadUrl(format!("{}: {e}", redact_url(&s.url)));
         match s.kind() {
             Some(DbKind::MySql) => {
-                let mut o = MySqlConnectOptions::from_str(s.url.trim()).map_err(bad)?;
-                if let Some(pw) = &s.password {
-                    o = o.password(pw);
-                }
+                let o = mysql_options(&s.url, s.password.as_deref()).map_err(bad)?;
                 // The ping sleeps on purpose: not a slow statement to warn about.
                 Ok(Target::My(o.log_slow_statements(
                     log::LevelFilter::Off,
@@ -235,10 +232,7 @@ impl Target {
                 )))
             }
             Some(DbKind::Postgres) => {
-                let mut o = PgConnectOptions::from_str(s.url.trim()).map_err(bad)?;
-                if let Some(pw) = &s.password {
-                    o = o.password(pw);
-                }
+                let o = pg_options(&s.url, s.password.as_deref()).map_err(bad)?;
                 Ok(Target::Pg(
                     o.application_name(&app_name(id)).log_slow_statements(
                         log::LevelFilter::Off,
@@ -463,21 +457,17 @@ fn backoff() -> Backoff {
     Backoff::new(Duration::from_millis(200), Duration::from_secs(10), seed)
 }
 
-/// Sleeps unless cancelled first; true when cancelled.
-async fn sleep(cancel: &CancellationToken, d: Duration) -> bool {
-    tokio::select! {
-        _ = cancel.cancelled() => true,
-        _ = tokio::time::sleep(d) => false,
-    }
-}
-
 async fn run(target: Target, o: LeaderOptions, seen: Arc<Seen>, cancel: CancellationToken) {
     // Never reset by a mere connect: a connection that keeps failing backs off to the cap.
     let mut backoff = backoff();
     while !cancel.is_cancelled() {
-        let connected = tokio::select! {
-            _ = cancel.cancelled() => break,
-            r = bounded("leader election: connecting", o.connect_timeout, target.connect()) => r,
+        let connecting = bounded(
+            "leader election: connecting",
+            o.connect_timeout,
+            target.connect(),
+        );
+        let Some(connected) = cancel.run_until_cancelled(connecting).await else {
+            break;
         };
         match connected {
             Ok((conn, sid)) => {
@@ -495,7 +485,11 @@ async fn run(target: Target, o: LeaderOptions, seen: Arc<Seen>, cancel: Cancella
                 tracing::warn!(error = %e, "leader election cannot connect");
             }
         }
-        if sleep(&cancel, backoff.next_delay()).await {
+        if cancel
+            .run_until_cancelled(tokio::time::sleep(backoff.next_delay()))
+            .await
+            .is_none()
+        {
             break;
         }
     }
@@ -513,10 +507,12 @@ async fn session(
     let mut held_since: Option<Tick> = None;
     loop {
         if held_since.is_none() {
-            let r = tokio::select! {
-                _ = cancel.cancelled() => None,
-                r = bounded("leader election: trying the lock", o.connect_timeout, conn.try_acquire(o)) => Some(r),
-            };
+            let trying = bounded(
+                "leader election: trying the lock",
+                o.connect_timeout,
+                conn.try_acquire(o),
+            );
+            let r = cancel.run_until_cancelled(trying).await;
             let Some(r) = r else {
                 // a statement was cut short: the connection is not reused; closing
                 // the socket ends the session and any lock it got
@@ -532,7 +528,11 @@ async fn session(
             } else {
                 seen.set(false);
                 *lock(&seen.leader) = who;
-                if sleep(cancel, o.retry_interval).await {
+                if cancel
+                    .run_until_cancelled(tokio::time::sleep(o.retry_interval))
+                    .await
+                    .is_none()
+                {
                     conn.finish(o).await;
                     return Ok(());
                 }

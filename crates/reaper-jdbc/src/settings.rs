@@ -1,29 +1,10 @@
-//! How to reach DS's JDBC registry, and how to read it.
+//! How to reach DS's JDBC registry, and how to read it (the URL's dialect
+//! and redaction are reaper-sql's [`reaper_sql::connect`]).
 
 use reaper_core::{DsLine, Zone};
+pub use reaper_sql::connect::{redact_url, DbKind};
 use std::fmt;
 use std::time::Duration;
-
-/// The database the registry's tables live in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DbKind {
-    MySql,
-    Postgres,
-}
-
-impl DbKind {
-    /// The dialect a URL names, if any.
-    pub fn of_url(url: &str) -> Option<DbKind> {
-        let lower = url.trim().to_ascii_lowercase();
-        if lower.starts_with("mysql://") || lower.starts_with("mariadb://") {
-            Some(DbKind::MySql)
-        } else if lower.starts_with("postgres://") || lower.starts_with("postgresql://") {
-            Some(DbKind::Postgres)
-        } else {
-            None
-        }
-    }
-}
 
 /// `[jdbc_registry]` (SPEC §6, §14) with what it borrows from `[database]`
 /// and `[dolphinscheduler]`.
@@ -103,64 +84,12 @@ impl fmt::Debug for JdbcSettings {
     }
 }
 
-/// The URL with any password replaced by `***`, for logs and errors.
-pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let (auth, tail) = match rest.find('/') {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    // a password may also sit in the query string
-    let tail = match tail.split_once('?') {
-        Some((path, q)) => {
-            let q: Vec<String> = q
-                .split('&')
-                .map(|kv| match kv.split_once('=') {
-                    Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
-                    _ => kv.to_string(),
-                })
-                .collect();
-            format!("{path}?{}", q.join("&"))
-        }
-        None => tail.to_string(),
-    };
-    match auth.rsplit_once('@') {
-        Some((cred, host)) => {
-            let user = cred.split(':').next().unwrap_or("");
-            if cred.contains(':') {
-                format!("{scheme}://{user}:***@{host}{tail}")
-            } else {
-                format!("{scheme}://{user}@{host}{tail}")
-            }
-        }
-        None => format!("{scheme}://{auth}{tail}"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn kinds() {
-        assert_eq!(DbKind::of_url(" MySQL://h/db"), Some(DbKind::MySql));
-        assert_eq!(DbKind::of_url("mariadb://h/db"), Some(DbKind::MySql));
-        assert_eq!(DbKind::of_url("postgresql://h/db"), Some(DbKind::Postgres));
-        assert_eq!(DbKind::of_url("sqlite://x"), None);
-    }
-
-    #[test]
     fn secrets_never_print() {
-        assert_eq!(
-            redact_url("mysql://ds:secret@h:3306/db"),
-            "mysql://ds:***@h:3306/db"
-        );
-        assert_eq!(
-            redact_url("postgres://u@h/db?password=pw&sslmode=off"),
-            "postgres://u@h/db?password=***&sslmode=off"
-        );
         let mut s = JdbcSettings::new("postgres://u:pw1@h/db");
         s.password = Some("pw2".into());
         let d = format!("{s:?}");

@@ -9,11 +9,13 @@
 
 use crate::error::{bounded, JdbcError};
 use crate::flavour::Flavour;
-use crate::settings::{redact_url, DbKind, JdbcSettings};
-use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPoolOptions, MySqlRow};
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions, PgRow};
-use sqlx::{Executor, Row};
-use std::str::FromStr;
+use crate::settings::JdbcSettings;
+use reaper_sql::connect::{
+    limit_mysql_statements, limit_pg_statements, mysql_options, pg_options, redact_url, DbKind,
+};
+use sqlx::mysql::{MySqlPoolOptions, MySqlRow};
+use sqlx::postgres::{PgPoolOptions, PgRow};
+use sqlx::Row;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -97,30 +99,26 @@ impl JdbcSource {
         let server_limit = s.statement_timeout;
         let pool = match kind {
             DbKind::MySql => {
-                let mut o = MySqlConnectOptions::from_str(s.url.trim()).map_err(bad)?;
-                if let Some(pw) = &s.password {
-                    o = o.password(pw);
-                }
+                let o = mysql_options(&s.url, s.password.as_deref()).map_err(bad)?;
                 Pool::My(
                     MySqlPoolOptions::new()
                         .max_connections(2)
                         .acquire_timeout(acquire)
                         .test_before_acquire(false)
-                        .after_connect(move |c, _| Box::pin(limit_mysql(c, server_limit)))
+                        .after_connect(move |c, _| {
+                            Box::pin(limit_mysql_statements(c, server_limit))
+                        })
                         .connect_lazy_with(o),
                 )
             }
             DbKind::Postgres => {
-                let mut o = PgConnectOptions::from_str(s.url.trim()).map_err(bad)?;
-                if let Some(pw) = &s.password {
-                    o = o.password(pw);
-                }
+                let o = pg_options(&s.url, s.password.as_deref()).map_err(bad)?;
                 Pool::Pg(
                     PgPoolOptions::new()
                         .max_connections(2)
                         .acquire_timeout(acquire)
                         .test_before_acquire(false)
-                        .after_connect(move |c, _| Box::pin(limit_pg(c, server_limit)))
+                        .after_connect(move |c, _| Box::pin(limit_pg_statements(c, server_limit)))
                         .connect_lazy_with(o.application_name("ds-reaper registry")),
                 )
             }
@@ -301,33 +299,6 @@ fn pg_int(r: &PgRow, i: usize) -> Result<Option<i64>, sqlx::Error> {
         Ok(v) => Ok(v),
         Err(_) => Ok(r.try_get::<Option<i32>, _>(i)?.map(i64::from)),
     }
-}
-
-/// The server-side limit of every statement on a new connection (SPEC §4.11).
-async fn limit_mysql(c: &mut MySqlConnection, timeout: Duration) -> Result<(), sqlx::Error> {
-    if timeout.is_zero() {
-        return Ok(());
-    }
-    // MariaDB bounds every statement; MySQL's max_execution_time bounds
-    // read-only SELECTs, which is all this connection runs.
-    let maria = format!(
-        "SET SESSION max_statement_time = {:.3}",
-        timeout.as_secs_f64()
-    );
-    if c.execute(maria.as_str()).await.is_err() {
-        let my = format!("SET SESSION max_execution_time = {}", timeout.as_millis());
-        c.execute(my.as_str()).await?;
-    }
-    Ok(())
-}
-
-async fn limit_pg(c: &mut PgConnection, timeout: Duration) -> Result<(), sqlx::Error> {
-    if timeout.is_zero() {
-        return Ok(());
-    }
-    let sql = format!("SET statement_timeout = {}", timeout.as_millis());
-    c.execute(sql.as_str()).await?;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -262,7 +262,7 @@ async fn a_failing_poll_invalidates_the_view_until_a_good_poll() {
         // meanwhile W2 goes for good
         w2.crash().await;
         db.db.remove_key(&w2.keys()[0]).await.unwrap();
-        tokio::time::sleep(3 * POLL).await;
+        reaper_test_support::hold("three polls against the paused proxy", 3 * POLL).await;
         assert!(!reg.view().is_valid(), "{case}: still invalid");
 
         proxy.resume().await;

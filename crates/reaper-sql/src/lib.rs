@@ -62,6 +62,7 @@ macro_rules! with_conn {
 }
 
 mod anomaly;
+pub mod connect;
 mod cursor;
 mod detect;
 mod dialect;
@@ -87,11 +88,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+pub use connect::{redact_url, DbKind};
 pub use cursor::{CursorStats, SweepCursor};
 pub use detect::detect_lines;
 pub use error::{SqlError, TimeoutSide};
 pub use follow::{CommandRow, Val};
-pub use settings::{redact_url, DbKind, DbSettings};
+pub use settings::DbSettings;
 pub use store::SqlStore;
 pub use workflow::{WorkflowCursor, WorkflowCursorStats};
 // The domain types at the seam live in the core, with the port they serve.

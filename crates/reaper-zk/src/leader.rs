@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
-pub struct LeaderElection {
+pub struct ZkLeader {
     rx: watch::Receiver<bool>,
     /// The id of the replica holding the lowest latch node, as last observed.
     leader: Arc<Mutex<Option<String>>>,
@@ -24,16 +24,16 @@ pub struct LeaderElection {
     _tx: Arc<watch::Sender<bool>>,
 }
 
-impl LeaderElection {
+impl ZkLeader {
     /// Starts the election under `<root><path>` (e.g. path `"/ds-reaper/leader"`)
     /// on a session of its own; `id` is stored in the node, for operators and
-    /// for [`LeaderElection::leader_id`] on the other replicas.
+    /// for [`ZkLeader::leader_id`] on the other replicas.
     pub fn start(
         settings: ZkSettings,
         path: String,
         id: String,
         cancel: CancellationToken,
-    ) -> LeaderElection {
+    ) -> ZkLeader {
         let (tx, rx) = watch::channel(false);
         let tx = Arc::new(tx);
         let leader = Arc::new(Mutex::new(None));
@@ -49,7 +49,7 @@ impl LeaderElection {
             },
             cancel.clone(),
         ));
-        LeaderElection {
+        ZkLeader {
             rx,
             leader,
             cancel,
@@ -132,16 +132,18 @@ async fn run(settings: ZkSettings, dir: String, id: String, seen: Seen, cancel: 
     // Never reset: a replica that keeps losing its session backs off to the cap.
     let mut backoff = session::backoff();
     while !cancel.is_cancelled() {
-        let client = tokio::select! {
-            _ = cancel.cancelled() => break,
-            r = session::connect(&settings) => r,
+        let Some(client) = cancel
+            .run_until_cancelled(session::connect(&settings))
+            .await
+        else {
+            break;
         };
         match client {
             Ok(client) => {
-                let r = tokio::select! {
-                    r = session(&settings, &client, &dir, &id, &seen, &cancel) => r,
-                    _ = cancel.cancelled() => Ok(()),
-                };
+                let r = cancel
+                    .run_until_cancelled(session(&settings, &client, &dir, &id, &seen, &cancel))
+                    .await
+                    .unwrap_or(Ok(()));
                 seen.unknown();
                 close_client(client).await;
                 match r {
@@ -153,7 +155,11 @@ async fn run(settings: ZkSettings, dir: String, id: String, seen: Seen, cancel: 
             }
             Err(e) => tracing::warn!(error = %e, "leader election cannot connect to ZooKeeper"),
         }
-        if session::sleep(&cancel, backoff.next_delay()).await {
+        if cancel
+            .run_until_cancelled(tokio::time::sleep(backoff.next_delay()))
+            .await
+            .is_none()
+        {
             break;
         }
     }

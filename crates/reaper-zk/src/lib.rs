@@ -1,9 +1,9 @@
 //! The ZooKeeper registry adapter of ds-reaper.
 //!
-//! [`Registry`] keeps a [`RegistryView`] of the live DS workers and masters up to
+//! [`ZkRegistry`] keeps a [`RegistryView`] of the live DS workers and masters up to
 //! date from a real ZooKeeper session, with the validity rule of SPEC §4.1: the
 //! view is valid only after a full listing completed on the current connection.
-//! [`LeaderElection`] elects one acting replica among ds-reaper instances.
+//! [`ZkLeader`] elects one acting replica among ds-reaper instances.
 //!
 //! What is not ZooKeeper's — heartbeat parsing, what a path stands for, layout
 //! detection, the membership rules, the backoff — is reaper-core's
@@ -11,13 +11,15 @@
 //! moved items are re-exported here ([`heartbeat`], [`Detected`]).
 //!
 //! # Layout
-//! - [`registry`](Registry): the handle the daemon holds, and the 1.2 task-queue cleanup.
+//! - [`registry`](ZkRegistry): the handle the daemon holds, and the 1.2 task-queue cleanup.
 //! - `session`: connecting, closing, the loop of one session after another.
 //! - `watch`: one session's watches, listing, events, data coalescing.
 //! - `listing`: the reads of a full listing.
 //! - `leader`: leader election on a session of its own.
 //! - `orders`: kill orders for ghost processes (SPEC §15), persistent nodes.
+//! - `agent`: [`ZkAgentPublisher`], the worker-host agent's publisher (SPEC §12).
 
+mod agent;
 mod leader;
 mod listing;
 mod orders;
@@ -31,11 +33,12 @@ use reaper_core::Zone;
 use std::future::Future;
 use std::time::Duration;
 
-pub use leader::LeaderElection;
+pub use agent::ZkAgentPublisher;
+pub use leader::ZkLeader;
 pub use reaper_core::registry::heartbeat;
 pub use reaper_core::registry::Detected;
 pub use reaper_core::RegistryView;
-pub use registry::Registry;
+pub use registry::ZkRegistry;
 
 /// Where and how to read the registry.
 #[derive(Debug, Clone)]

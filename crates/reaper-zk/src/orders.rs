@@ -4,7 +4,7 @@
 //! by the daemon once it has audited the agent's answer. Persistent, so that
 //! an order outlives a daemon restart or a session loss of either side.
 
-use crate::{bounded, Registry, ZkError};
+use crate::{bounded, ZkError, ZkRegistry};
 use reaper_core::order::{KillOrder, ORDERS_DIR};
 use zookeeper_client as zk;
 
@@ -20,7 +20,7 @@ fn segment(worker: &str) -> Result<&str, ZkError> {
     Ok(w)
 }
 
-impl Registry {
+impl ZkRegistry {
     fn orders_dir(&self) -> String {
         format!("{}/{ORDERS_DIR}", self.root())
     }

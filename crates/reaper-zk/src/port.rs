@@ -1,6 +1,6 @@
 //! The ZooKeeper adapter behind the engine's ports (`reaper_core::ports`).
 
-use crate::{LeaderElection, Registry};
+use crate::{ZkLeader, ZkRegistry};
 use reaper_core::order::KillOrder;
 use reaper_core::ports::{
     BoxFuture, Leadership, PortError, RegistrySource, RegistryStats, ViewWatch,
@@ -11,7 +11,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 /// Membership changes only: heartbeat data alone does not wake the engine
-/// (its sweeps read [`Registry::view`], which has it at once).
+/// (its sweeps read [`ZkRegistry::view`], which has it at once).
 struct Watch(watch::Receiver<()>);
 
 impl ViewWatch for Watch {
@@ -20,13 +20,13 @@ impl ViewWatch for Watch {
     }
 }
 
-impl RegistrySource for Registry {
+impl RegistrySource for ZkRegistry {
     fn kind(&self) -> &'static str {
         "zookeeper"
     }
 
     fn view(&self) -> Arc<RegistryView> {
-        Registry::view(self)
+        ZkRegistry::view(self)
     }
 
     fn watch(&self) -> Box<dyn ViewWatch> {
@@ -36,11 +36,11 @@ impl RegistrySource for Registry {
     }
 
     fn detected(&self) -> Detected {
-        Registry::detected(self)
+        ZkRegistry::detected(self)
     }
 
     fn stats(&self) -> RegistryStats {
-        let s = Registry::stats(self);
+        let s = ZkRegistry::stats(self);
         RegistryStats {
             session_expirations: s.session_expirations,
             errors: s.errors,
@@ -50,7 +50,7 @@ impl RegistrySource for Registry {
 
     fn delete_task_queue_entries(&self, task_id: i64) -> BoxFuture<'_, Result<usize, PortError>> {
         Box::pin(async move {
-            Registry::delete_task_queue_entries(self, task_id)
+            ZkRegistry::delete_task_queue_entries(self, task_id)
                 .await
                 .map_err(PortError::from)
         })
@@ -62,7 +62,7 @@ impl RegistrySource for Registry {
         order: &'a KillOrder,
     ) -> BoxFuture<'a, Result<(), PortError>> {
         Box::pin(async move {
-            Registry::put_order(self, worker, order)
+            ZkRegistry::put_order(self, worker, order)
                 .await
                 .map_err(PortError::from)
         })
@@ -74,31 +74,31 @@ impl RegistrySource for Registry {
         task_id: i64,
     ) -> BoxFuture<'a, Result<(), PortError>> {
         Box::pin(async move {
-            Registry::delete_order(self, worker, task_id)
+            ZkRegistry::delete_order(self, worker, task_id)
                 .await
                 .map_err(PortError::from)
         })
     }
 
     fn orders(&self) -> BoxFuture<'_, Result<Vec<(String, KillOrder)>, PortError>> {
-        Box::pin(async move { Registry::orders(self).await.map_err(PortError::from) })
+        Box::pin(async move { ZkRegistry::orders(self).await.map_err(PortError::from) })
     }
 
     fn close(&self) -> BoxFuture<'_, ()> {
-        Box::pin(Registry::close(self))
+        Box::pin(ZkRegistry::close(self))
     }
 }
 
-impl Leadership for LeaderElection {
+impl Leadership for ZkLeader {
     fn is_leader(&self) -> bool {
-        LeaderElection::is_leader(self)
+        ZkLeader::is_leader(self)
     }
 
     fn leader_id(&self) -> Option<String> {
-        LeaderElection::leader_id(self)
+        ZkLeader::leader_id(self)
     }
 
     fn close(&self) -> BoxFuture<'_, ()> {
-        Box::pin(LeaderElection::close(self))
+        Box::pin(ZkLeader::close(self))
     }
 }

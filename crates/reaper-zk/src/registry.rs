@@ -1,4 +1,4 @@
-//! [`Registry`], the handle the daemon holds: the latest view, change
+//! [`ZkRegistry`], the handle the daemon holds: the latest view, change
 //! notifications, what was detected, counters, and the 1.2 task-queue
 //! cleanup. The session loop behind it is in [`crate::session`], the watch
 //! loop of one connection in [`crate::watch`]; the membership rules
@@ -7,10 +7,10 @@
 //! The view is handed out lazily. 2,000 workers rewrite their heartbeat
 //! every 10 s; copying the whole view for each batch of them cost more than
 //! everything else the daemon does between sweeps. So the machine lives here,
-//! shared with the watch loop, and [`Registry::view`] copies it only when it
+//! shared with the watch loop, and [`ZkRegistry::view`] copies it only when it
 //! changed since the last copy: a reader always gets every event applied so
 //! far, as before. Membership changes (servers come or go, losses, validity)
-//! still wake [`Registry::changes`] at once; [`Registry::subscribe`] still
+//! still wake [`ZkRegistry::changes`] at once; [`ZkRegistry::subscribe`] still
 //! sees every change, at the old cost, while someone holds a receiver.
 
 use crate::watch::Watcher;
@@ -27,7 +27,7 @@ use zookeeper_client as zk;
 
 /// A live view of the DS registry. Cheap to clone.
 #[derive(Clone)]
-pub struct Registry {
+pub struct ZkRegistry {
     inner: Arc<Inner>,
 }
 
@@ -40,7 +40,7 @@ pub(crate) struct Inner {
     pub(crate) shared: Mutex<Shared>,
     /// Woken on membership changes (the engine's port).
     pub(crate) changes_tx: watch::Sender<()>,
-    /// Every change with its view, for [`Registry::subscribe`]; fed only
+    /// Every change with its view, for [`ZkRegistry::subscribe`]; fed only
     /// while it has receivers.
     pub(crate) all_tx: watch::Sender<Arc<RegistryView>>,
     pub(crate) expirations: AtomicU64,
@@ -112,10 +112,10 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-impl Registry {
+impl ZkRegistry {
     /// Starts the background watch loop. Never fails: an unreachable ensemble
     /// shows as an invalid view and is retried with capped exponential backoff.
-    pub fn start(settings: ZkSettings, cancel: CancellationToken) -> Registry {
+    pub fn start(settings: ZkSettings, cancel: CancellationToken) -> ZkRegistry {
         let now = Utc::now();
         let mut membership = Membership::new(
             LayoutMode::for_line(settings.line),
@@ -146,7 +146,7 @@ impl Registry {
         if let Ok(mut t) = inner.task.try_lock() {
             *t = Some(handle);
         }
-        Registry { inner }
+        ZkRegistry { inner }
     }
 
     /// The latest snapshot, with every event applied so far (copied only
@@ -157,7 +157,7 @@ impl Registry {
 
     /// Notified on every change of the view, each with its snapshot. Costs a
     /// copy of the view per change while a receiver lives: for tests and
-    /// tools; the daemon waits on [`Registry::changes`].
+    /// tools; the daemon waits on [`ZkRegistry::changes`].
     pub fn subscribe(&self) -> watch::Receiver<Arc<RegistryView>> {
         // Subscribe first, then refresh: a change in between is not missed.
         let mut rx = self.inner.all_tx.subscribe();
@@ -168,7 +168,7 @@ impl Registry {
 
     /// Notified when membership changes — a server comes or goes, a loss is
     /// stamped or forgotten, the view becomes valid or invalid — but not for
-    /// heartbeat data alone, which [`Registry::view`] has at once anyway.
+    /// heartbeat data alone, which [`ZkRegistry::view`] has at once anyway.
     pub fn changes(&self) -> watch::Receiver<()> {
         self.inner.changes_tx.subscribe()
     }

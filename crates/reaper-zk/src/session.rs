@@ -10,7 +10,6 @@ use reaper_core::registry::{Backoff, Gap};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 /// The first retry waits about this long; each failure doubles it...
@@ -39,14 +38,6 @@ pub(crate) async fn connect(settings: &ZkSettings) -> Result<zk::Client, ZkError
             .connect(&settings.connect),
     )
     .await
-}
-
-/// Sleeps unless cancelled first; true when cancelled.
-pub(crate) async fn sleep(cancel: &CancellationToken, d: Duration) -> bool {
-    tokio::select! {
-        _ = cancel.cancelled() => true,
-        _ = tokio::time::sleep(d) => false,
-    }
 }
 
 /// How serving one session ended.
@@ -92,9 +83,8 @@ pub(crate) async fn run(mut w: Watcher) {
         }
         let addr = &inner.settings.connect;
         w.invalidate(Gap::Session, format!("connecting to {addr}"));
-        let client = tokio::select! {
-            _ = cancel.cancelled() => break,
-            r = connect(&inner.settings) => r,
+        let Some(client) = cancel.run_until_cancelled(connect(&inner.settings)).await else {
+            break;
         };
         let client = match client {
             Ok(c) => c,
@@ -102,7 +92,11 @@ pub(crate) async fn run(mut w: Watcher) {
                 inner.error();
                 tracing::warn!(error = %e, connect = %addr, "cannot connect to ZooKeeper");
                 w.invalidate(Gap::Session, format!("connecting to {addr}: {e}"));
-                if sleep(&cancel, backoff.next_delay()).await {
+                if cancel
+                    .run_until_cancelled(tokio::time::sleep(backoff.next_delay()))
+                    .await
+                    .is_none()
+                {
                     break;
                 }
                 continue;
@@ -112,10 +106,10 @@ pub(crate) async fn run(mut w: Watcher) {
         *lock(&inner.client) = Some(client.clone());
         // Cancellation also interrupts a listing or read in flight, so
         // close() is prompt even against a slow ensemble.
-        let outcome = tokio::select! {
-            o = w.serve_session(&client, &mut backoff) => o,
-            _ = cancel.cancelled() => Outcome::Cancelled,
-        };
+        let outcome = cancel
+            .run_until_cancelled(w.serve_session(&client, &mut backoff))
+            .await
+            .unwrap_or(Outcome::Cancelled);
         lock(&inner.client).take();
         match outcome {
             Outcome::Cancelled => {
@@ -132,7 +126,11 @@ pub(crate) async fn run(mut w: Watcher) {
                 inner.error();
                 w.invalidate(Gap::Session, reason);
                 drop(client);
-                if sleep(&cancel, backoff.next_delay()).await {
+                if cancel
+                    .run_until_cancelled(tokio::time::sleep(backoff.next_delay()))
+                    .await
+                    .is_none()
+                {
                     break;
                 }
             }

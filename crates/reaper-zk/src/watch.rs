@@ -7,7 +7,7 @@
 //! session state is a gap: the watches are re-armed and everything re-listed.
 //! Node creations and deletions are applied at once; data changes (one per
 //! node every ~10 s) are coalesced so that a node is read at most once per
-//! [`DATA_COALESCE`]. The machine is shared with the [`Registry`] handle,
+//! [`DATA_COALESCE`]. The machine is shared with the [`ZkRegistry`] handle,
 //! which copies the view out of it when asked; membership changes also wake
 //! the engine at once.
 //!
@@ -17,7 +17,7 @@
 //! when a failover pass starts or ends). A lock read that fails is a gap:
 //! what ds-reaper does not know about DS's failover it must not act on.
 //!
-//! [`Registry`]: crate::Registry
+//! [`ZkRegistry`]: crate::ZkRegistry
 
 use crate::listing::{list_all, list_locks};
 use crate::registry::{lock, Inner, Shared};
@@ -460,7 +460,7 @@ impl Coalescer {
 
 /// Hands out what a change did: later readers of the view get a new copy;
 /// a membership change wakes the engine; receivers of
-/// [`crate::Registry::subscribe`], while there are any, get every change
+/// [`crate::ZkRegistry::subscribe`], while there are any, get every change
 /// with its view.
 fn publish(inner: &Inner, shared: &mut Shared, c: &Changes) {
     if !c.publish {

@@ -8,7 +8,7 @@ use common::*;
 use ds_sim::zk::SimServer;
 use ds_sim::zkserver::PrivateZk;
 use reaper_core::{DsLine, NodeKind};
-use reaper_zk::Registry;
+use reaper_zk::ZkRegistry;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -39,7 +39,7 @@ async fn deletion_to_view_update() {
     )
     .await
     .unwrap();
-    let reg = Registry::start(settings(&zk, &root, None), CancellationToken::new());
+    let reg = ZkRegistry::start(settings(&zk, &root, None), CancellationToken::new());
     wait_view(&reg, "worker", |v| {
         v.is_valid() && v.live(NodeKind::Worker, h).is_some()
     })
@@ -97,7 +97,7 @@ async fn server_restart_to_valid_view() {
     .unwrap();
     let mut s = settings(&connect, "/dolphinscheduler", None);
     s.session_timeout = Duration::from_secs(20);
-    let reg = Registry::start(s, CancellationToken::new());
+    let reg = ZkRegistry::start(s, CancellationToken::new());
     wait_view(&reg, "valid", |v| v.is_valid() && v.workers.len() == 1).await;
     let (mut from_ready, mut from_start) = (Vec::new(), Vec::new());
     for _ in 0..5 {
@@ -151,7 +151,7 @@ async fn large_cluster_2000_workers() {
         ms(t.elapsed())
     );
     let t = Instant::now();
-    let reg = Registry::start(settings(&zk, &root, None), CancellationToken::new());
+    let reg = ZkRegistry::start(settings(&zk, &root, None), CancellationToken::new());
     wait_view(&reg, "all workers listed", |v| {
         v.is_valid() && v.workers.len() == n
     })

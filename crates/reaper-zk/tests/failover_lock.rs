@@ -9,7 +9,7 @@ use common::*;
 use ds_sim::zk::{delete_tree, failover_lock_path, SimZkLock, FAILOVER_MASTERS_LOCK};
 use reaper_core::view::ANY_MASTER;
 use reaper_core::DsLine;
-use reaper_zk::Registry;
+use reaper_zk::ZkRegistry;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -22,7 +22,7 @@ const OTHER: &str = "10.0.0.9:5678";
 async fn held_then_released(zk: &str, line: Option<DsLine>, lock: &str, key: &str, other: bool) {
     let root = unique_root();
     let ctx = format!("line {line:?}, lock {lock}");
-    let reg = Registry::start(settings(zk, &root, line), CancellationToken::new());
+    let reg = ZkRegistry::start(settings(zk, &root, line), CancellationToken::new());
     wait_view(&reg, &format!("{ctx}: valid"), |v| v.is_valid()).await;
     assert!(!reg
         .view()
@@ -86,7 +86,7 @@ async fn zk_failover_lock_of_3_3_and_of_another_line_are_not_read() {
     let Some(zk) = shared_zk().await else { return };
     let root = unique_root();
     // detected line: 3.3's single lock under the 3.2 directory names no master
-    let reg = Registry::start(settings(&zk, &root, None), CancellationToken::new());
+    let reg = ZkRegistry::start(settings(&zk, &root, None), CancellationToken::new());
     wait_view(&reg, "valid", |v| v.is_valid()).await;
     let l33 = SimZkLock::hold(&zk, &root, "/lock/master-failover")
         .await
@@ -108,7 +108,7 @@ async fn zk_failover_lock_of_3_3_and_of_another_line_are_not_read() {
 
     // an explicit 3.1 does not read 3.2's directory; 3.3 reads none
     for line in [DsLine::V3_1, DsLine::V3_3] {
-        let reg = Registry::start(settings(&zk, &root, Some(line)), CancellationToken::new());
+        let reg = ZkRegistry::start(settings(&zk, &root, Some(line)), CancellationToken::new());
         wait_view(&reg, "valid", |v| v.is_valid()).await;
         assert!(reg.view().failover_locks.is_empty(), "{line}");
         assert!(!reg
@@ -117,7 +117,7 @@ async fn zk_failover_lock_of_3_3_and_of_another_line_are_not_read() {
         reg.close().await;
     }
     // an explicit 3.2 reads it from the first listing on
-    let reg = Registry::start(
+    let reg = ZkRegistry::start(
         settings(&zk, &root, Some(DsLine::V3_2)),
         CancellationToken::new(),
     );

@@ -3,28 +3,28 @@
 mod common;
 
 use common::*;
-use reaper_zk::LeaderElection;
+use reaper_zk::ZkLeader;
 use tokio_util::sync::CancellationToken;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exactly_one_leader_and_takeover_after_close() {
     let Some(zk) = shared_zk().await else { return };
     let root = unique_root();
-    let a = LeaderElection::start(
+    let a = ZkLeader::start(
         settings(&zk, &root, None),
         "/ds-reaper/leader".into(),
         "a".into(),
         CancellationToken::new(),
     );
-    let b = LeaderElection::start(
+    let b = ZkLeader::start(
         settings(&zk, &root, None),
         "/ds-reaper/leader".into(),
         "b".into(),
         CancellationToken::new(),
     );
     wait_until("one leader", || a.is_leader() || b.is_leader()).await;
-    // let both settle, then exactly one leads
-    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    reaper_test_support::hold("both settle", std::time::Duration::from_secs(1)).await;
+    // and exactly one leads
     assert!(
         a.is_leader() ^ b.is_leader(),
         "a={} b={}",
@@ -58,7 +58,7 @@ async fn cancel_token_resigns_too() {
     let Some(zk) = shared_zk().await else { return };
     let root = unique_root();
     let cancel = CancellationToken::new();
-    let a = LeaderElection::start(
+    let a = ZkLeader::start(
         settings(&zk, &root, None),
         "/ds-reaper/leader".into(),
         "a".into(),
@@ -85,7 +85,7 @@ async fn every_replica_knows_the_leaders_id() {
     let Some(zk) = shared_zk().await else { return };
     let root = unique_root();
     let start = |id: &str| {
-        LeaderElection::start(
+        ZkLeader::start(
             settings(&zk, &root, None),
             "/ds-reaper/leader".into(),
             id.into(),

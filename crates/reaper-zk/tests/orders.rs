@@ -8,7 +8,7 @@ use ds_sim::zk::delete_tree;
 use reaper_core::order::{KillOrder, OrderPid};
 use reaper_core::ports::RegistrySource;
 use reaper_core::DsLine;
-use reaper_zk::Registry;
+use reaper_zk::ZkRegistry;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
@@ -31,7 +31,7 @@ async fn orders_are_persistent_nodes_under_the_root() {
         return;
     };
     let root = unique_root();
-    let reg = Registry::start(
+    let reg = ZkRegistry::start(
         settings(&zk_addr, &root, Some(DsLine::V3_2)),
         CancellationToken::new(),
     );
@@ -114,7 +114,7 @@ async fn orders_are_persistent_nodes_under_the_root() {
 
     // orders outlive the daemon's session
     reg.close().await;
-    let reg = Registry::start(
+    let reg = ZkRegistry::start(
         settings(&zk_addr, &root, Some(DsLine::V3_2)),
         CancellationToken::new(),
     );

@@ -8,7 +8,7 @@ use common::*;
 use ds_sim::zk::SimServer;
 use ds_sim::zkserver::PrivateZk;
 use reaper_core::{DsLine, NodeKind, ViewState};
-use reaper_zk::{LeaderElection, Registry};
+use reaper_zk::{ZkLeader, ZkRegistry};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -42,7 +42,7 @@ async fn server_restart_invalidates_then_revalidates_with_the_same_hosts() {
     }
     let mut s = settings(&connect, root, None);
     s.session_timeout = Duration::from_secs(20);
-    let reg = Registry::start(s, CancellationToken::new());
+    let reg = ZkRegistry::start(s, CancellationToken::new());
     let v1 = wait_view(&reg, "both workers", |v| {
         v.is_valid() && v.workers.len() == 2
     })
@@ -118,7 +118,7 @@ async fn expired_session_invalidates_until_relisted() {
     let mut s = settings(&connect, root, None);
     s.session_timeout = Duration::from_secs(2);
     s.request_timeout = Duration::from_secs(2);
-    let reg = Registry::start(s, CancellationToken::new());
+    let reg = ZkRegistry::start(s, CancellationToken::new());
     let v1 = wait_view(&reg, "workers", |v| v.is_valid() && v.workers.len() == 3).await;
     let since1 = v1.valid_since().unwrap();
     early_sim.crash().await;
@@ -199,7 +199,7 @@ async fn host_gone_around_a_server_restart_is_lost_after_it() {
     .unwrap();
     let mut s = settings(&connect, root, None);
     s.session_timeout = Duration::from_secs(20);
-    let reg = Registry::start(s, CancellationToken::new());
+    let reg = ZkRegistry::start(s, CancellationToken::new());
     wait_view(&reg, "two workers", |v| {
         v.is_valid() && v.workers.len() == 2
     })
@@ -257,7 +257,7 @@ async fn server_crash_kill9_then_restart() {
     .unwrap();
     let mut s = settings(&connect, "/ds", Some(DsLine::V3_3));
     s.session_timeout = Duration::from_secs(20);
-    let reg = Registry::start(s, CancellationToken::new());
+    let reg = ZkRegistry::start(s, CancellationToken::new());
     wait_view(&reg, "worker", |v| {
         v.is_valid() && v.live(NodeKind::Worker, h).is_some()
     })
@@ -280,13 +280,13 @@ async fn leadership_is_dropped_on_disconnect() {
     let mut s = settings(&connect, "/dolphinscheduler", None);
     s.session_timeout = Duration::from_secs(10);
     s.request_timeout = Duration::from_secs(2);
-    let a = LeaderElection::start(
+    let a = ZkLeader::start(
         s.clone(),
         "/ds-reaper/leader".into(),
         "a".into(),
         CancellationToken::new(),
     );
-    let b = LeaderElection::start(
+    let b = ZkLeader::start(
         s,
         "/ds-reaper/leader".into(),
         "b".into(),
@@ -324,7 +324,7 @@ async fn close_ends_the_session_at_once() {
         return;
     }
     let zk = PrivateZk::start().await.unwrap();
-    let reg = Registry::start(
+    let reg = ZkRegistry::start(
         settings(&zk.connect_string(), "/dolphinscheduler", None),
         CancellationToken::new(),
     );
@@ -347,7 +347,7 @@ async fn close_ends_the_session_at_once() {
 
 /// Waits until `reg` is valid again after `before` and returns its view.
 async fn valid_after(
-    reg: &Registry,
+    reg: &ZkRegistry,
     what: &str,
     before: chrono::DateTime<Utc>,
 ) -> std::sync::Arc<reaper_core::RegistryView> {
@@ -396,12 +396,12 @@ async fn a_loss_before_any_gap_counts_from_the_listing_after_it() {
     .unwrap();
     let mut s = settings(&connect, root, None);
     s.session_timeout = Duration::from_secs(30);
-    let same = Registry::start(s, CancellationToken::new());
+    let same = ZkRegistry::start(s, CancellationToken::new());
     let mut s = settings(&connect, root, None);
     // the client gives up on a session after 7/5 of it without the server
     s.session_timeout = Duration::from_secs(2);
     s.request_timeout = Duration::from_secs(2);
-    let fresh = Registry::start(s, CancellationToken::new());
+    let fresh = ZkRegistry::start(s, CancellationToken::new());
     for reg in [&same, &fresh] {
         wait_view(reg, "both workers", |v| {
             v.is_valid() && v.workers.len() == 2

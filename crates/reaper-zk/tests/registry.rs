@@ -6,7 +6,7 @@ use chrono::{TimeDelta, Utc};
 use common::*;
 use ds_sim::zk::{add_task_queue_entry, delete_tree, task_queue_entries, SimServer};
 use reaper_core::{DsLine, HeartbeatFormat, NodeKind, RegistryLayout};
-use reaper_zk::Registry;
+use reaper_zk::ZkRegistry;
 use tokio_util::sync::CancellationToken;
 
 fn hosts(line: DsLine) -> (&'static str, &'static str) {
@@ -46,7 +46,7 @@ async fn exercise_line(zk: &str, line: DsLine, explicit: bool) {
     )
     .await
     .unwrap();
-    let reg = Registry::start(
+    let reg = ZkRegistry::start(
         settings(zk, &root, explicit.then_some(line)),
         CancellationToken::new(),
     );
@@ -139,7 +139,7 @@ async fn grouped_worker_in_two_groups_is_one_host() {
     .await
     .unwrap();
     assert_eq!(s.paths().len(), 2);
-    let reg = Registry::start(settings(&zk, &root, None), CancellationToken::new());
+    let reg = ZkRegistry::start(settings(&zk, &root, None), CancellationToken::new());
     let v = wait_view(&reg, "grouped worker", |v| {
         v.live(NodeKind::Worker, h).is_some()
     })
@@ -180,7 +180,7 @@ async fn unreadable_data_keeps_the_node_present() {
     )
     .await
     .unwrap();
-    let reg = Registry::start(settings(&zk, &root, None), CancellationToken::new());
+    let reg = ZkRegistry::start(settings(&zk, &root, None), CancellationToken::new());
     wait_view(&reg, "worker with times", |v| {
         v.live(NodeKind::Worker, h)
             .is_some_and(|n| n.startup_time.is_some())
@@ -195,7 +195,11 @@ async fn unreadable_data_keeps_the_node_present() {
     .await;
     s.set_raw_data(b"\xff\x00garbage,,,").await.unwrap();
     s.set_raw_data(b"{\"startupTime\":\"soon\"").await.unwrap();
-    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    reaper_test_support::hold(
+        "unparsable data changes nothing",
+        std::time::Duration::from_secs(4),
+    )
+    .await;
     let v = reg.view();
     assert!(v
         .live(NodeKind::Worker, h)
@@ -229,7 +233,7 @@ async fn report_time_follows_heartbeats() {
     )
     .await
     .unwrap();
-    let reg = Registry::start(settings(&zk, &root, None), CancellationToken::new());
+    let reg = ZkRegistry::start(settings(&zk, &root, None), CancellationToken::new());
     let v = wait_view(&reg, "worker", |v| {
         v.live(NodeKind::Worker, h)
             .is_some_and(|n| n.report_time.is_some())
@@ -273,7 +277,7 @@ async fn heartbeat_data_reaches_the_view_without_waking_the_engine() {
     )
     .await
     .unwrap();
-    let reg = Registry::start(settings(&zk, &root, None), CancellationToken::new());
+    let reg = ZkRegistry::start(settings(&zk, &root, None), CancellationToken::new());
     let mut changes = reg.changes();
     let v = wait_view(&reg, "worker", |v| {
         v.live(NodeKind::Worker, h)
@@ -319,7 +323,7 @@ async fn heartbeat_data_reaches_the_view_without_waking_the_engine() {
 async fn close_makes_the_view_invalid_and_a_closed_session_is_gone() {
     let Some(zk) = shared_zk().await else { return };
     let root = unique_root();
-    let reg = Registry::start(
+    let reg = ZkRegistry::start(
         settings(&zk, &root, Some(DsLine::V3_2)),
         CancellationToken::new(),
     );
@@ -342,7 +346,7 @@ async fn task_queue_entries_of_1_2_are_deleted() {
     add_task_queue_entry(&zk, &root, 2, 17, 1, 3456, "-1")
         .await
         .unwrap();
-    let reg = Registry::start(
+    let reg = ZkRegistry::start(
         settings(&zk, &root, Some(DsLine::V1_2)),
         CancellationToken::new(),
     );
@@ -356,7 +360,7 @@ async fn task_queue_entries_of_1_2_are_deleted() {
     reg.close().await;
 
     let other = unique_root();
-    let reg = Registry::start(
+    let reg = ZkRegistry::start(
         settings(&zk, &other, Some(DsLine::V1_2)),
         CancellationToken::new(),
     );
@@ -372,7 +376,7 @@ async fn task_queue_entries_of_1_2_are_deleted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_ensemble_is_an_invalid_view_with_the_error() {
-    let reg = Registry::start(
+    let reg = ZkRegistry::start(
         settings("127.0.0.1:1", "/dolphinscheduler", None),
         CancellationToken::new(),
     );
@@ -456,7 +460,7 @@ async fn worker_address_of_3_3_and_its_non_server_nodes() {
             .await
             .unwrap();
 
-        let reg = Registry::start(
+        let reg = ZkRegistry::start(
             settings(&zk_addr, &root, explicit.then_some(DsLine::V3_3)),
             CancellationToken::new(),
         );
@@ -578,7 +582,7 @@ async fn agents_are_read_into_the_view() {
         "ds-reaper/agents".into(),
         std::time::Duration::from_secs(35),
     ));
-    let reg = Registry::start(s, CancellationToken::new());
+    let reg = ZkRegistry::start(s, CancellationToken::new());
     wait_view(&reg, "valid with no agents directory yet", |v| v.is_valid()).await;
 
     let client = zookeeper_client::Client::connect(&zk).await.unwrap();
@@ -662,7 +666,7 @@ async fn agents_are_read_into_the_view() {
         "ds-reaper/agents".into(),
         std::time::Duration::from_secs(35),
     ));
-    let reg2 = Registry::start(s2, CancellationToken::new());
+    let reg2 = ZkRegistry::start(s2, CancellationToken::new());
     wait_view(&reg2, "listed", |v| {
         v.is_valid() && v.agents.contains_key("10.0.0.5:1234")
     })

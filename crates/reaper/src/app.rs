@@ -12,7 +12,7 @@ use reaper_core::ports::{Leadership, RegistrySource, SystemClock};
 use reaper_etcd::{EtcdLeader, EtcdRegistry};
 use reaper_jdbc::{JdbcLeader, JdbcRegistry, LeaderOptions};
 use reaper_sql::{Db, SqlStore};
-use reaper_zk::{LeaderElection, Registry};
+use reaper_zk::{ZkLeader, ZkRegistry};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -60,9 +60,9 @@ fn registry(
     Ok(match settings.registry.kind {
         RegistryKind::Zookeeper => {
             let zk = zk_settings(settings);
-            let registry = Registry::start(zk.clone(), cancel.child_token());
+            let registry = ZkRegistry::start(zk.clone(), cancel.child_token());
             let leader = elect.then(|| {
-                Arc::new(LeaderElection::start(
+                Arc::new(ZkLeader::start(
                     zk,
                     settings.leader.path.clone(),
                     replica_id(),

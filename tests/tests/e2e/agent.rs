@@ -11,14 +11,11 @@ use reaper_e2e::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_process_is_process_gone_and_a_live_one_holds_a_lost_worker() -> anyhow::Result<()> {
-    if !services_up().await {
+    let Some(sc) = Scenario::start(SimKind::MySql, "3.2.2").await? else {
         return Ok(());
-    }
-    let db = sim_db(SimKind::MySql, "3.2.2").await?;
-    let line = db.line;
-    let root = unique_root();
-    let (_m, [mut w1, _w2, _w3]) =
-        master_and_three_workers(&zk_connect(), &root, line, "10.0.0.1:5678", long_ago()).await?;
+    };
+    let (db, root, line) = (&sc.db, sc.root.as_str(), sc.line());
+    let (_m, [mut w1, _w2, _w3]) = sc.cluster().await?;
     let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
     let on = |host: &str, task_type: &str| {
         let mut t = TaskSpec::new(wf, 1, Some(host));
@@ -33,12 +30,12 @@ async fn a_dead_process_is_process_gone_and_a_live_one_holds_a_lost_worker() -> 
     let exec = ExecBase::new()?;
     let mut p_dies = exec.start(line, wf, dies)?;
     let mut p_runs = exec.start(line, wf, runs)?;
-    let mut agent = AgentProcess::start(&root, "10.0.0.11:1234", exec.path(), "").await?;
+    let mut agent = sc.agent("10.0.0.11:1234", exec.path(), "").await?;
 
     let policy = "[policy]\nworker_lost = \"fail\"\nprocess_gone = \"fail\"\n";
     let mut d = Daemon::start_with_env(
         db.url(),
-        &root,
+        root,
         policy,
         &[
             ("DS_REAPER__RECONCILE__PROCESS_GONE_AFTER", "3s"),
@@ -125,7 +122,7 @@ async fn a_dead_process_is_process_gone_and_a_live_one_holds_a_lost_worker() -> 
     assert_eq!(d.terminate().await?, Some(0));
     agent.child.start_kill()?;
     let _ = agent.child.wait().await;
-    cleanup(db, &root).await
+    sc.cleanup().await
 }
 
 /// The agent's view of one worker, from `/api/v1/workers`.
@@ -146,14 +143,11 @@ async fn agent_of(d: &Daemon, worker: &str) -> anyhow::Result<Option<serde_json:
 /// while it runs — and is `process_gone` once it really ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seen_then_gone_and_a_script_that_cds_away_stays_the_tasks() -> anyhow::Result<()> {
-    if !services_up().await {
+    let Some(sc) = Scenario::start(SimKind::MySql, "3.2.2").await? else {
         return Ok(());
-    }
-    let db = sim_db(SimKind::MySql, "3.2.2").await?;
-    let line = db.line;
-    let root = unique_root();
-    let (_m, _w) =
-        master_and_three_workers(&zk_connect(), &root, line, "10.0.0.1:5678", long_ago()).await?;
+    };
+    let (db, root, line) = (&sc.db, sc.root.as_str(), sc.line());
+    let (_m, _w) = sc.cluster().await?;
     let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
     let shell = TaskSpec::new(wf, 1, Some("10.0.0.11:1234"));
     let preparing = db.insert_task(&shell).await?;
@@ -162,11 +156,11 @@ async fn seen_then_gone_and_a_script_that_cds_away_stays_the_tasks() -> anyhow::
     let elsewhere = tempfile::tempdir()?;
     let script = format!("cd {} && sleep 86400", elsewhere.path().display());
     let mut p_wanders = exec.start_ds_command(line, wf, wanders, &script)?;
-    let mut agent = AgentProcess::start(&root, "10.0.0.11:1234", exec.path(), "").await?;
+    let mut agent = sc.agent("10.0.0.11:1234", exec.path(), "").await?;
     let policy = "[policy]\nprocess_gone = \"fail\"\n";
     let mut d = Daemon::start_with_env(
         db.url(),
-        &root,
+        root,
         policy,
         &[
             ("DS_REAPER__RECONCILE__PROCESS_GONE_AFTER", "2s"),
@@ -230,7 +224,7 @@ async fn seen_then_gone_and_a_script_that_cds_away_stays_the_tasks() -> anyhow::
     assert_eq!(d.terminate().await?, Some(0));
     agent.child.start_kill()?;
     let _ = agent.child.wait().await;
-    cleanup(db, &root).await
+    sc.cleanup().await
 }
 
 /// Issue 18 item 4 (SPEC §12): the network blip that drops the worker can drop
@@ -239,25 +233,22 @@ async fn seen_then_gone_and_a_script_that_cds_away_stays_the_tasks() -> anyhow::
 /// younger than `agent_stale_after`, and acted on only after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_hold_outlives_the_agent_lost_with_its_worker() -> anyhow::Result<()> {
-    if !services_up().await {
+    let Some(sc) = Scenario::start(SimKind::MySql, "3.2.2").await? else {
         return Ok(());
-    }
-    let db = sim_db(SimKind::MySql, "3.2.2").await?;
-    let line = db.line;
-    let root = unique_root();
-    let (_m, [mut w1, _w2, _w3]) =
-        master_and_three_workers(&zk_connect(), &root, line, "10.0.0.1:5678", long_ago()).await?;
+    };
+    let (db, root, line) = (&sc.db, sc.root.as_str(), sc.line());
+    let (_m, [mut w1, _w2, _w3]) = sc.cluster().await?;
     let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
     let runs = db
         .insert_task(&TaskSpec::new(wf, 1, Some("10.0.0.11:1234")))
         .await?;
     let exec = ExecBase::new()?;
     let mut p_runs = exec.start_ds_command(line, wf, runs, "sleep 86400")?;
-    let mut agent = AgentProcess::start(&root, "10.0.0.11:1234", exec.path(), "").await?;
+    let mut agent = sc.agent("10.0.0.11:1234", exec.path(), "").await?;
     let policy = "[policy]\nworker_lost = \"fail\"\n";
     let mut d = Daemon::start_with_env(
         db.url(),
-        &root,
+        root,
         policy,
         &[("DS_REAPER__RECONCILE__AGENT_STALE_AFTER", "20s")],
     )
@@ -297,5 +288,5 @@ async fn the_hold_outlives_the_agent_lost_with_its_worker() -> anyhow::Result<()
     let done = d.audit_events("done", Some(runs));
     assert_eq!(done[0]["reason"], "worker_lost", "{:#}", done[0]);
     assert_eq!(d.terminate().await?, Some(0));
-    cleanup(db, &root).await
+    sc.cleanup().await
 }

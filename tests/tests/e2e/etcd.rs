@@ -10,24 +10,6 @@ use reaper_core::{DsLine, NodeKind};
 use reaper_e2e::*;
 use std::time::Duration;
 
-/// The shared test etcd's endpoints; fails under CI when it is missing.
-async fn etcd_endpoints() -> Option<Vec<String>> {
-    let eps = ds_sim::etcd::endpoints_from(
-        &std::env::var("ETCD_ENDPOINTS").unwrap_or_else(|_| "http://127.0.0.1:2379".into()),
-    );
-    if ds_sim::etcd::healthy(&eps, Duration::from_secs(5)).await {
-        return Some(eps);
-    }
-    let msg = format!(
-        "etcd at {eps:?} (ETCD_ENDPOINTS) is unreachable; run deploy/dev/services.sh start"
-    );
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{msg} (CI=true)");
-    }
-    eprintln!("SKIPPED: {msg}");
-    None
-}
-
 fn namespace() -> String {
     let root = unique_root();
     // `/t-…/dolphinscheduler` → `t-…/dolphinscheduler`: a raw key prefix of its own
@@ -87,7 +69,7 @@ async fn etcd_a_lost_workers_tasks_are_failed_after_grace_and_flapping_writes_no
     if !services_up().await {
         return Ok(());
     }
-    let Some(eps) = etcd_endpoints().await else {
+    let Some(eps) = shared_etcd().await else {
         return Ok(());
     };
     let db = sim_db(SimKind::Postgres, "3.2.2").await?;
@@ -138,8 +120,11 @@ async fn etcd_a_lost_workers_tasks_are_failed_after_grace_and_flapping_writes_no
     let done = d.audit_events("done", Some(lost));
     assert_eq!(done.len(), 1, "{:#?}", d.audit());
     assert_eq!(done[0]["reason"], "worker_lost");
-    // Well past w2's grace as measured from its brief loss: never written.
-    tokio::time::sleep(Duration::from_secs(9)).await;
+    hold(
+        "well past w2's grace as measured from its brief loss: never written",
+        Duration::from_secs(9),
+    )
+    .await;
     d.wait_sweeps(2).await?;
     assert_eq!(db.task_state(flapping).await?.state, 1, "flapping wrote");
     assert!(d.audit_events("intent", Some(flapping)).is_empty());
@@ -155,10 +140,7 @@ async fn etcd_unanswering_invalidates_the_view_and_nothing_is_written_meanwhile(
     if !services_up().await {
         return Ok(());
     }
-    if !ds_sim::etcd::server::available() {
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("no etcd binary for a private etcd and CI=true");
-        }
+    if !private_etcd_available() {
         return Ok(());
     }
     let mut private = ds_sim::etcd::server::PrivateEtcd::start().await?;
@@ -191,7 +173,11 @@ async fn etcd_unanswering_invalidates_the_view_and_nothing_is_written_meanwhile(
         .await?;
     let (code, body) = d.get("/readyz").await?;
     assert_eq!(code, 503, "{body}");
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    hold(
+        "past the grace while etcd does not answer: nothing written",
+        Duration::from_secs(8),
+    )
+    .await;
     assert!(
         d.audit_events("intent", None).is_empty(),
         "wrote on an invalid view"
@@ -215,7 +201,7 @@ async fn etcd_two_replicas_one_leader_and_the_survivor_takes_over_a_kill_9() -> 
     if !services_up().await {
         return Ok(());
     }
-    let Some(eps) = etcd_endpoints().await else {
+    let Some(eps) = shared_etcd().await else {
         return Ok(());
     };
     let db = sim_db(SimKind::MySql, "3.2.2").await?;
@@ -258,7 +244,7 @@ async fn etcd_an_agent_publishes_and_the_daemon_sees_it() -> anyhow::Result<()> 
     if !services_up().await {
         return Ok(());
     }
-    let Some(eps) = etcd_endpoints().await else {
+    let Some(eps) = shared_etcd().await else {
         return Ok(());
     };
     let db = sim_db(SimKind::Postgres, "3.2.2").await?;
@@ -313,7 +299,7 @@ async fn etcd_a_kill_order_ends_a_ghost() -> anyhow::Result<()> {
     if !services_up().await {
         return Ok(());
     }
-    let Some(eps) = etcd_endpoints().await else {
+    let Some(eps) = shared_etcd().await else {
         return Ok(());
     };
     let db = sim_db(SimKind::Postgres, "3.2.2").await?;

@@ -1,59 +1,56 @@
-//! Helpers of the agent's tests against a real ZooKeeper and real processes.
-#![allow(dead_code)]
+//! The agent's test settings and registries (a real ZooKeeper or etcd, real
+//! processes); the helpers every crate's tests share are
+//! reaper-test-support's.
+#![allow(dead_code, unused_imports)]
 
-use reaper_agent::{AgentRegistry, AgentSettings, ZkTarget};
+use reaper_agent::{AgentRegistry, AgentSettings, Publisher};
 use reaper_core::agent::AgentReport;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use zookeeper_client as zk;
 
-pub const WAIT: Duration = Duration::from_secs(30);
-
-/// The shared test ZooKeeper (`DS_TEST_ZK`, from deploy/dev/env.sh), or None
-/// outside CI when it is unreachable; under CI=true that is a failure.
-pub async fn shared_zk() -> Option<String> {
-    let addr = std::env::var("DS_TEST_ZK").unwrap_or_else(|_| "127.0.0.1:2181".to_string());
-    let port: u16 = addr
-        .split(',')
-        .next()
-        .and_then(|a| a.rsplit(':').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(2181);
-    if ds_sim::zkserver::ruok(port).await {
-        return Some(addr);
-    }
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("ZooKeeper at {addr} (DS_TEST_ZK) is unreachable and CI=true");
-    }
-    eprintln!(
-        "SKIPPED: ZooKeeper at {addr} (DS_TEST_ZK) is unreachable; run deploy/dev/services.sh start"
-    );
-    None
-}
-
-static N: AtomicU64 = AtomicU64::new(0);
+pub use reaper_test_support::{shared_zk, WAIT};
 
 /// A root of its own for each test: `/t-agent-<unique>/dolphinscheduler`.
 pub fn unique_root() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!(
-        "/t-agent-{}-{}-{}/dolphinscheduler",
-        std::process::id(),
-        nanos,
-        N.fetch_add(1, Ordering::Relaxed)
+    reaper_test_support::unique_root("t-agent")
+}
+
+pub fn target(zk: &str, root: &str) -> reaper_zk::ZkSettings {
+    reaper_zk::ZkSettings {
+        session_timeout: Duration::from_secs(10),
+        request_timeout: Duration::from_secs(5),
+        ..reaper_zk::ZkSettings::new(zk, root)
+    }
+}
+
+/// The agent's ZooKeeper registry, as `ds-reaper agent` builds it.
+pub fn zk_registry(target: reaper_zk::ZkSettings) -> AgentRegistry {
+    AgentRegistry::new(
+        format!("ZooKeeper {}", target.connect),
+        move |path, line, cancel| -> Arc<dyn Publisher> {
+            let t = reaper_zk::ZkSettings {
+                line,
+                ..target.clone()
+            };
+            Arc::new(reaper_zk::ZkAgentPublisher::start(t, path, cancel))
+        },
     )
 }
 
-pub fn target(zk: &str, root: &str) -> ZkTarget {
-    ZkTarget {
-        session_timeout: Duration::from_secs(10),
-        request_timeout: Duration::from_secs(5),
-        ..ZkTarget::new(zk, root)
-    }
+/// The agent's etcd registry, as `ds-reaper agent` builds it.
+pub fn etcd_registry(settings: reaper_etcd::EtcdSettings) -> AgentRegistry {
+    AgentRegistry::new(
+        format!("etcd {}", settings.endpoints.join(",")),
+        move |path, _, cancel| -> Arc<dyn Publisher> {
+            Arc::new(reaper_etcd::EtcdAgentPublisher::start(
+                settings.clone(),
+                path,
+                cancel,
+            ))
+        },
+    )
 }
 
 /// Settings for a test: a fast scan, the real /proc, an ephemeral port.
@@ -63,7 +60,7 @@ pub fn settings(zk: &str, root: &str, exec_base: &Path, worker: Option<&str>) ->
         exec_base: exec_base.to_path_buf(),
         scan_interval: Duration::from_millis(200),
         listen: "127.0.0.1:0".parse().unwrap(),
-        ..AgentSettings::new(AgentRegistry::ZooKeeper(target(zk, root)))
+        ..AgentSettings::new(zk_registry(target(zk, root)))
     }
 }
 
@@ -118,18 +115,12 @@ pub async fn wait_report(
 }
 
 /// Polls until `f` holds; panics after `WAIT`.
-pub async fn wait_until<F, Fut>(what: &str, mut f: F)
+pub async fn wait_until<F, Fut>(what: &str, f: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !f().await {
-        if tokio::time::Instant::now() > deadline {
-            panic!("timed out after {WAIT:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    reaper_test_support::wait_until_async(what, WAIT, f).await
 }
 
 /// GET `url`: the status and the body.

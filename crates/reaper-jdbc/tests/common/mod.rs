@@ -1,17 +1,19 @@
-//! Helpers shared by the integration tests (real MariaDB and PostgreSQL,
-//! from `deploy/dev/services.sh start; source deploy/dev/env.sh`).
-#![allow(dead_code)]
+//! The JDBC registry's test settings and databases (real MariaDB and
+//! PostgreSQL, from `deploy/dev/services.sh start; source deploy/dev/env.sh`);
+//! the helpers every crate's tests share are reaper-test-support's.
+#![allow(dead_code, unused_imports)]
 
 pub mod proxy;
 
-use ds_sim::db::{server_url, SimKind};
+use ds_sim::db::SimKind;
 use ds_sim::jdbc::{JdbcSimOptions, SimRegistryDb};
 use reaper_core::{DsLine, RegistryView, Zone};
 use reaper_jdbc::{JdbcRegistry, JdbcSettings};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub const WAIT: Duration = Duration::from_secs(30);
+pub use reaper_test_support::{wait_until, WAIT};
+
 /// The tests' poll interval.
 pub const POLL: Duration = Duration::from_millis(200);
 /// The tests' 3.1/3.2 expiry window, and 3.3 session timeout.
@@ -33,36 +35,7 @@ pub fn line_of(fixture: &str) -> DsLine {
     ds_sim::db::fixture_line(fixture)
 }
 
-/// Whether the test database server answers; outside CI a missing one is
-/// skipped with a note, under `CI=true` it fails the test.
-pub async fn available(kind: SimKind) -> bool {
-    let url = server_url(kind);
-    let ok = match kind {
-        SimKind::MySql => {
-            tokio::time::timeout(Duration::from_secs(5), sqlx::MySqlPool::connect(&url))
-                .await
-                .map(|r| r.is_ok())
-                .unwrap_or(false)
-        }
-        SimKind::Postgres => {
-            tokio::time::timeout(Duration::from_secs(5), sqlx::PgPool::connect(&url))
-                .await
-                .map(|r| r.is_ok())
-                .unwrap_or(false)
-        }
-    };
-    if !ok {
-        let var = match kind {
-            SimKind::MySql => "DS_TEST_MYSQL",
-            SimKind::Postgres => "DS_TEST_POSTGRES",
-        };
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("{kind:?} at {var} is unreachable and CI=true");
-        }
-        eprintln!("SKIPPED: {kind:?} ({var}) is unreachable; run deploy/dev/services.sh start");
-    }
-    ok
-}
+pub use reaper_test_support::database as available;
 
 /// A fresh database with the fixture's registry tables, or None when the
 /// server is missing (outside CI).
@@ -120,33 +93,7 @@ pub async fn wait_view_for(
     limit: Duration,
     pred: impl Fn(&RegistryView) -> bool,
 ) -> Arc<RegistryView> {
-    let mut rx = reg.subscribe();
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        let v = rx.borrow_and_update().clone();
-        if pred(&v) {
-            return v;
-        }
-        match tokio::time::timeout_at(deadline, rx.changed()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) => panic!("registry channel closed while waiting for {what}"),
-            Err(_) => panic!(
-                "timed out after {limit:?} waiting for {what}; view: {:#?}",
-                reg.view()
-            ),
-        }
-    }
-}
-
-/// Polls `f` until true; panics after `limit`.
-pub async fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + limit;
-    while !f() {
-        if tokio::time::Instant::now() > deadline {
-            panic!("timed out after {limit:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    reaper_test_support::wait_view(reg.subscribe(), what, limit, pred).await
 }
 
 /// Waits for the registry to finish `n` more polls.

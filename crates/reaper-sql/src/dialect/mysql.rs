@@ -12,7 +12,6 @@ use sqlx::mysql::{MySqlArguments, MySqlConnectOptions, MySqlConnection, MySqlRow
 use sqlx::{Arguments, Connection, Executor, Row, Type, ValueRef};
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::str::FromStr;
 use std::time::Duration;
 
 pub(crate) struct MySql;
@@ -79,27 +78,14 @@ impl Dialect for MySql {
     }
 
     fn options(url: &str, password: Option<&str>) -> Result<MySqlConnectOptions, sqlx::Error> {
-        let opts = MySqlConnectOptions::from_str(url)?;
-        Ok(match password {
-            Some(pw) => opts.password(pw),
-            None => opts,
-        })
+        crate::connect::mysql_options(url, password)
     }
 
     async fn limit_session(c: &mut MySqlConnection, timeout: Duration) -> Result<(), sqlx::Error> {
-        // MariaDB's max_statement_time (seconds) bounds every statement,
-        // writes and lock waits included. MySQL has no such variable: its
-        // max_execution_time (ms) bounds read-only SELECTs only, so writes and
-        // locking reads rely on the lock wait timeouts below (and on the
-        // client-side limit).
-        let maria = format!(
-            "SET SESSION max_statement_time = {:.3}",
-            timeout.as_secs_f64()
-        );
-        if c.execute(maria.as_str()).await.is_err() {
-            let my = format!("SET SESSION max_execution_time = {}", timeout.as_millis());
-            c.execute(my.as_str()).await?;
-        }
+        // On MySQL the statement limit bounds read-only SELECTs only, so
+        // writes and locking reads rely on the lock wait timeouts below (and
+        // on the client-side limit).
+        crate::connect::limit_mysql_statements(c, timeout).await?;
         // whole seconds only, at least 1
         let secs = timeout.as_secs_f64().ceil().max(1.0) as u64;
         let locks =

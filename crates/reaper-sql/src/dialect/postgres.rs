@@ -12,7 +12,6 @@ use sqlx::postgres::{PgArguments, PgConnectOptions, PgConnection, PgRow, PgValue
 use sqlx::{Arguments, Connection, Decode, Executor, Row, Type, ValueRef};
 use std::collections::HashSet;
 use std::future::Future;
-use std::str::FromStr;
 use std::time::Duration;
 
 pub(crate) struct Postgres;
@@ -69,19 +68,14 @@ impl Dialect for Postgres {
     }
 
     fn options(url: &str, password: Option<&str>) -> Result<PgConnectOptions, sqlx::Error> {
-        let opts = PgConnectOptions::from_str(url)?;
-        Ok(match password {
-            Some(pw) => opts.password(pw),
-            None => opts,
-        })
+        crate::connect::pg_options(url, password)
     }
 
     async fn limit_session(c: &mut PgConnection, timeout: Duration) -> Result<(), sqlx::Error> {
         // statement_timeout already covers lock waits; lock_timeout names the
         // cause (55P03) when a row lock is what blocks.
+        crate::connect::limit_pg_statements(c, timeout).await?;
         let ms = timeout.as_millis().max(1);
-        c.execute(format!("SET statement_timeout = {ms}").as_str())
-            .await?;
         c.execute(format!("SET lock_timeout = {ms}").as_str())
             .await?;
         Ok(())

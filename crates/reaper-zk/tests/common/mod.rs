@@ -1,59 +1,17 @@
-//! Helpers shared by the integration tests (real ZooKeeper).
-#![allow(dead_code)]
+//! The ZooKeeper adapter's test settings; the helpers every crate's tests
+//! share (services, roots, waits) are reaper-test-support's.
+#![allow(dead_code, unused_imports)]
 
 use reaper_core::{DsLine, RegistryView, Zone};
-use reaper_zk::{Registry, ZkSettings};
-use std::sync::atomic::{AtomicU64, Ordering};
+use reaper_zk::{ZkRegistry, ZkSettings};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub const WAIT: Duration = Duration::from_secs(30);
-
-/// The shared test ZooKeeper, or None (outside CI) when it is unreachable.
-pub async fn shared_zk() -> Option<String> {
-    let addr = std::env::var("DS_TEST_ZK").unwrap_or_else(|_| "127.0.0.1:2181".to_string());
-    let port: u16 = addr
-        .split(',')
-        .next()
-        .and_then(|a| a.rsplit(':').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(2181);
-    if ds_sim::zkserver::ruok(port).await {
-        return Some(addr);
-    }
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("ZooKeeper at {addr} (DS_TEST_ZK) is unreachable and CI=true");
-    }
-    eprintln!("SKIPPED: ZooKeeper at {addr} (DS_TEST_ZK) is unreachable; run deploy/dev/services.sh start");
-    None
-}
-
-/// Whether a private ZooKeeper can be launched here (java + the jar).
-pub fn private_zk_available() -> bool {
-    let ok = std::path::Path::new("/usr/share/java/zookeeper.jar").exists();
-    if !ok {
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("/usr/share/java/zookeeper.jar missing and CI=true");
-        }
-        eprintln!("SKIPPED: /usr/share/java/zookeeper.jar missing");
-    }
-    ok
-}
-
-static N: AtomicU64 = AtomicU64::new(0);
+pub use reaper_test_support::{private_zk_available, shared_zk, WAIT};
 
 /// A root of its own for each test: `/t-<unique>/dolphinscheduler`.
 pub fn unique_root() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!(
-        "/t-{}-{}-{}/dolphinscheduler",
-        std::process::id(),
-        nanos,
-        N.fetch_add(1, Ordering::Relaxed)
-    )
+    reaper_test_support::unique_root("t")
 }
 
 pub fn settings(connect: &str, root: &str, line: Option<DsLine>) -> ZkSettings {
@@ -82,7 +40,7 @@ pub fn sim_opts() -> ds_sim::zk::SimOptions {
 
 /// Waits until `pred` holds for the registry's view; panics with the view after `WAIT`.
 pub async fn wait_view(
-    reg: &Registry,
+    reg: &ZkRegistry,
     what: &str,
     pred: impl Fn(&RegistryView) -> bool,
 ) -> Arc<RegistryView> {
@@ -90,38 +48,17 @@ pub async fn wait_view(
 }
 
 pub async fn wait_view_for(
-    reg: &Registry,
+    reg: &ZkRegistry,
     what: &str,
     limit: Duration,
     pred: impl Fn(&RegistryView) -> bool,
 ) -> Arc<RegistryView> {
-    let mut rx = reg.subscribe();
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        let v = rx.borrow_and_update().clone();
-        if pred(&v) {
-            return v;
-        }
-        match tokio::time::timeout_at(deadline, rx.changed()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) => panic!("registry channel closed while waiting for {what}"),
-            Err(_) => panic!(
-                "timed out after {limit:?} waiting for {what}; view: {:#?}",
-                reg.view()
-            ),
-        }
-    }
+    reaper_test_support::wait_view(reg.subscribe(), what, limit, pred).await
 }
 
 /// Polls `f` until true; panics after `WAIT`.
-pub async fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !f() {
-        if tokio::time::Instant::now() > deadline {
-            panic!("timed out after {WAIT:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+pub async fn wait_until(what: &str, f: impl FnMut() -> bool) {
+    reaper_test_support::wait_until(what, WAIT, f).await
 }
 
 /// A whole-second instant (1.x CSV heartbeats carry seconds only).

@@ -85,14 +85,33 @@ pub fn jdbc_settings(s: &Settings) -> JdbcSettings {
 
 /// The agent's settings from `[agent]`, `[zookeeper]` and `[dolphinscheduler]`.
 pub fn agent_settings(s: &Settings) -> anyhow::Result<reaper_agent::AgentSettings> {
-    use reaper_agent::{AgentRegistry, AgentSettings, ZkTarget};
+    use reaper_agent::{AgentRegistry, AgentSettings, Publisher};
+    use std::sync::Arc;
     let registry = match s.registry.kind {
         RegistryKind::Zookeeper => {
-            let mut t = ZkTarget::new(s.zookeeper.connect.clone(), s.zookeeper.root.clone());
+            let mut t = ZkSettings::new(s.zookeeper.connect.clone(), s.zookeeper.root.clone());
             t.session_timeout = s.zookeeper.session_timeout;
-            AgentRegistry::ZooKeeper(t)
+            AgentRegistry::new(
+                format!("ZooKeeper {}", t.connect),
+                move |path, line, cancel| -> Arc<dyn Publisher> {
+                    let t = ZkSettings { line, ..t.clone() };
+                    Arc::new(reaper_zk::ZkAgentPublisher::start(t, path, cancel))
+                },
+            )
         }
-        RegistryKind::Etcd => AgentRegistry::Etcd(reaper_agent::EtcdTarget(etcd_settings(s))),
+        RegistryKind::Etcd => {
+            let e = etcd_settings(s);
+            AgentRegistry::new(
+                format!("etcd {}", e.endpoints.join(",")),
+                move |path, _, cancel| -> Arc<dyn Publisher> {
+                    Arc::new(reaper_etcd::EtcdAgentPublisher::start(
+                        e.clone(),
+                        path,
+                        cancel,
+                    ))
+                },
+            )
+        }
         RegistryKind::Jdbc => anyhow::bail!(
             "registry.type = \"jdbc\": agents publish through ZooKeeper or etcd only (SPEC §12)"
         ),

@@ -1,21 +1,20 @@
-//! Publishing into ZooKeeper, in a session of the agent's own (SPEC §12).
+//! The agent's publisher on ZooKeeper, in a session of its own (SPEC §12):
+//! reaper-core's [`Publisher`] port, which `ds-reaper agent` runs.
 //!
-//! A background task keeps one session after another, like reaper-zk's
-//! registry and election: connect (bounded in time, jittered backoff between
+//! A background task keeps one session after another, like the registry and
+//! the election: connect (bounded in time, jittered backoff between
 //! failures), follow the session's state, and after an expiry or a close
 //! build a new session. Each session creates the agent's ephemeral node again
 //! the first time it publishes; a node left by an older session that the
 //! server has not expired yet (an agent restarted within the session timeout)
 //! is replaced, as DS's `persistEphemeral` replaces a server's.
 
-use crate::host::RegisteredWorker;
-use crate::orders::OrderNode;
-use crate::publish::{PublishError, Publisher};
-use futures::future::BoxFuture;
-use futures::FutureExt;
+use crate::ZkSettings;
 use reaper_core::agent::AgentReport;
+use reaper_core::ports::BoxFuture;
+use reaper_core::publish::{OrderNode, PublishError, Publisher, RegisteredWorker};
 use reaper_core::registry::{classify, Backoff, LayoutMode, NodeClass};
-use reaper_core::{DsLine, NodeKind};
+use reaper_core::NodeKind;
 use std::collections::BTreeSet;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -24,42 +23,6 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
-
-/// Which ZooKeeper, and under which DS root.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ZkTarget {
-    /// Comma-separated ensemble (`zookeeper.connect`).
-    pub connect: String,
-    /// The DS root (`zookeeper.root`), a plain path prefix.
-    pub root: String,
-    pub session_timeout: Duration,
-    /// Every ZooKeeper call is bounded by this.
-    pub request_timeout: Duration,
-}
-
-impl ZkTarget {
-    /// SPEC §6 defaults: a 30 s session, 10 s per request.
-    pub fn new(connect: impl Into<String>, root: impl Into<String>) -> ZkTarget {
-        ZkTarget {
-            connect: connect.into(),
-            root: root.into(),
-            session_timeout: Duration::from_secs(30),
-            request_timeout: Duration::from_secs(10),
-        }
-    }
-
-    /// The root without a trailing slash ("" for "/"), always absolute.
-    fn root_prefix(&self) -> String {
-        let t = self.root.trim().trim_end_matches('/');
-        if t.is_empty() {
-            String::new()
-        } else if t.starts_with('/') {
-            t.to_string()
-        } else {
-            format!("/{t}")
-        }
-    }
-}
 
 const MIN_BACKOFF: Duration = Duration::from_millis(200);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
@@ -71,7 +34,8 @@ struct Live {
 }
 
 struct Shared {
-    target: ZkTarget,
+    /// Only `connect`, `root`, the session and request timeouts are used.
+    target: ZkSettings,
     root: String,
     /// `<root>/<agent.path>`.
     dir: String,
@@ -87,22 +51,19 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Publishes agent reports into ZooKeeper; see the module doc.
-pub struct ZkPublisher {
+pub struct ZkAgentPublisher {
     shared: Arc<Shared>,
     cancel: CancellationToken,
     task: tokio::sync::Mutex<Option<JoinHandle<()>>>,
 }
 
-impl ZkPublisher {
-    /// Starts the session loop. `path` is `agent.path` (under the root);
-    /// `line`, when explicit, fixes the registry layout `workers` reads.
-    pub fn start(
-        target: ZkTarget,
-        path: &str,
-        line: Option<DsLine>,
-        cancel: CancellationToken,
-    ) -> ZkPublisher {
+impl ZkAgentPublisher {
+    /// Starts the session loop on `target`'s ensemble, root and timeouts.
+    /// `path` is `agent.path` (under the root); `target.line`, when
+    /// explicit, fixes the registry layout `workers` reads.
+    pub fn start(target: ZkSettings, path: &str, cancel: CancellationToken) -> ZkAgentPublisher {
         let root = target.root_prefix();
+        let line = target.line;
         let dir = format!("{root}/{}", path.trim_matches('/'));
         let shared = Arc::new(Shared {
             target,
@@ -115,7 +76,7 @@ impl ZkPublisher {
         });
         let cancel = cancel.child_token();
         let task = tokio::spawn(sessions(shared.clone(), cancel.clone()));
-        ZkPublisher {
+        ZkAgentPublisher {
             shared,
             cancel,
             task: tokio::sync::Mutex::new(Some(task)),
@@ -397,31 +358,31 @@ impl ZkPublisher {
     }
 }
 
-impl Publisher for ZkPublisher {
+impl Publisher for ZkAgentPublisher {
     fn publish<'a>(
         &'a self,
         worker: &'a str,
         report: &'a AgentReport,
     ) -> BoxFuture<'a, Result<(), PublishError>> {
-        async move { self.publish_now(worker, &report.to_json()).await }.boxed()
+        Box::pin(async move { self.publish_now(worker, &report.to_json()).await })
     }
 
     fn workers(&self) -> BoxFuture<'_, Result<Vec<RegisteredWorker>, PublishError>> {
-        self.list_workers().boxed()
+        Box::pin(self.list_workers())
     }
 
     fn worker<'a>(
         &'a self,
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<RegisteredWorker>, PublishError>> {
-        self.one_worker(name).boxed()
+        Box::pin(self.one_worker(name))
     }
 
     fn orders<'a>(
         &'a self,
         worker: &'a str,
     ) -> BoxFuture<'a, Result<Vec<OrderNode>, PublishError>> {
-        self.list_orders(worker).boxed()
+        Box::pin(self.list_orders(worker))
     }
 
     fn connected(&self) -> bool {
@@ -429,13 +390,12 @@ impl Publisher for ZkPublisher {
     }
 
     fn close(&self) -> BoxFuture<'_, ()> {
-        async move {
+        Box::pin(async move {
             self.cancel.cancel();
             if let Some(t) = self.task.lock().await.take() {
                 let _ = t.await;
             }
-        }
-        .boxed()
+        })
     }
 }
 
@@ -470,7 +430,11 @@ async fn sessions(shared: Arc<Shared>, cancel: CancellationToken) {
                     tracing::warn!(error = %e, connect = %t.connect, "agent cannot connect to ZooKeeper; retrying");
                 }
                 failing = true;
-                if sleep(&cancel, backoff.next_delay()).await {
+                if cancel
+                    .run_until_cancelled(tokio::time::sleep(backoff.next_delay()))
+                    .await
+                    .is_none()
+                {
                     break;
                 }
                 continue;
@@ -478,7 +442,11 @@ async fn sessions(shared: Arc<Shared>, cancel: CancellationToken) {
             Err(_) => {
                 tracing::warn!(connect = %t.connect, "agent: connecting to ZooKeeper timed out; retrying");
                 failing = true;
-                if sleep(&cancel, backoff.next_delay()).await {
+                if cancel
+                    .run_until_cancelled(tokio::time::sleep(backoff.next_delay()))
+                    .await
+                    .is_none()
+                {
                     break;
                 }
                 continue;
@@ -528,7 +496,11 @@ async fn sessions(shared: Arc<Shared>, cancel: CancellationToken) {
             Ended::Other(why) => {
                 tracing::warn!(reason = %why, "agent ZooKeeper session ended; building a new one");
                 drop(client);
-                if sleep(&cancel, backoff.next_delay()).await {
+                if cancel
+                    .run_until_cancelled(tokio::time::sleep(backoff.next_delay()))
+                    .await
+                    .is_none()
+                {
                     break;
                 }
             }
@@ -536,14 +508,6 @@ async fn sessions(shared: Arc<Shared>, cancel: CancellationToken) {
     }
     shared.connected.store(false, Ordering::Relaxed);
     lock(&shared.live).take();
-}
-
-/// Sleeps unless cancelled first; true when cancelled.
-async fn sleep(cancel: &CancellationToken, d: Duration) -> bool {
-    tokio::select! {
-        _ = cancel.cancelled() => true,
-        _ = tokio::time::sleep(d) => false,
-    }
 }
 
 /// Closes a session at once: its ephemeral nodes go now, not after the timeout.

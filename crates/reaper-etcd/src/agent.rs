@@ -1,36 +1,16 @@
-//! Publishing through DS's etcd registry (SPEC §12, §14): the agent's key is
-//! bound to a lease of its own (`reaper_etcd::EtcdAgentPublisher`), and the
+//! The agent's publisher on DS's etcd registry (SPEC §12, §14):
+//! reaper-core's [`Publisher`] port, which `ds-reaper agent` runs. The
+//! agent's key is bound to a lease of its own ([`EtcdAgentKey`]), and the
 //! registered workers for `agent.worker = "auto"` come from a read-only view
 //! of the registry.
 
-use crate::host::RegisteredWorker;
-use crate::orders::OrderNode;
-use crate::publish::{PublishError, Publisher};
-use futures::future::BoxFuture;
+use crate::{EtcdAgentKey, EtcdOrderReader, EtcdRegistry, EtcdSettings};
 use reaper_core::agent::AgentReport;
+use reaper_core::ports::BoxFuture;
+use reaper_core::publish::{OrderNode, PublishError, Publisher, RegisteredWorker};
 use reaper_core::view::NodeInfo;
 use reaper_core::DsLine;
-use reaper_etcd::{EtcdAgentPublisher, EtcdOrderReader, EtcdRegistry, EtcdSettings};
 use tokio_util::sync::CancellationToken;
-
-/// Where the agent publishes on etcd: DS's `[etcd]` settings.
-#[derive(Clone)]
-pub struct EtcdTarget(pub EtcdSettings);
-
-impl std::fmt::Debug for EtcdTarget {
-    // EtcdSettings' own Debug hides the password
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl Eq for EtcdTarget {}
-
-impl PartialEq for EtcdTarget {
-    fn eq(&self, o: &Self) -> bool {
-        self.0.endpoints == o.0.endpoints && self.0.namespace == o.0.namespace
-    }
-}
 
 /// A worker of the etcd view; the lines are the whole registry's (the view
 /// keeps no format per node).
@@ -46,22 +26,29 @@ fn registered(n: &NodeInfo, lines: &[DsLine]) -> RegisteredWorker {
     }
 }
 
-pub struct EtcdPublisher {
+/// Publishes agent reports into etcd; see the module doc.
+pub struct EtcdAgentPublisher {
     settings: EtcdSettings,
     path: String,
     registry: EtcdRegistry,
     /// The publisher of the worker the agent found, made on first publish.
-    current: tokio::sync::Mutex<Option<(String, EtcdAgentPublisher)>>,
+    current: tokio::sync::Mutex<Option<(String, EtcdAgentKey)>>,
     /// The reader of the worker's kill orders, made on first use.
     orders: tokio::sync::Mutex<Option<(String, EtcdOrderReader)>>,
 }
 
-impl EtcdPublisher {
-    pub fn start(target: EtcdTarget, path: &str, cancel: CancellationToken) -> EtcdPublisher {
-        let mut settings = target.0;
+impl EtcdAgentPublisher {
+    /// Starts the read-only view of the servers on `settings`' endpoints and
+    /// namespace; `path` is `agent.path` (under the namespace).
+    pub fn start(
+        settings: EtcdSettings,
+        path: &str,
+        cancel: CancellationToken,
+    ) -> EtcdAgentPublisher {
+        let mut settings = settings;
         // The agent reads only the server nodes; it publishes its own key.
         settings.agents = None;
-        EtcdPublisher {
+        EtcdAgentPublisher {
             registry: EtcdRegistry::start(settings.clone(), cancel),
             settings,
             path: path.to_string(),
@@ -71,7 +58,7 @@ impl EtcdPublisher {
     }
 }
 
-impl Publisher for EtcdPublisher {
+impl Publisher for EtcdAgentPublisher {
     fn publish<'a>(
         &'a self,
         worker: &'a str,
@@ -83,7 +70,7 @@ impl Publisher for EtcdPublisher {
                 if let Some((_, old)) = cur.take() {
                     old.close().await;
                 }
-                let p = EtcdAgentPublisher::new(self.settings.clone(), &self.path, worker);
+                let p = EtcdAgentKey::new(self.settings.clone(), &self.path, worker);
                 *cur = Some((worker.to_string(), p));
             }
             let (_, p) = cur.as_ref().expect("set above");
