@@ -87,7 +87,10 @@ async fn two_replicas_elect_exactly_one_and_the_survivor_takes_over_when_the_lea
         follower.is_leader()
     })
     .await;
-    assert!(!leader.is_leader(), "the old leader stepped down");
+    // The old leader learns of its revoked lease from its own keep-alive or
+    // watch, which may come a moment after the survivor's win: a wait, not
+    // an instant check.
+    wait_until("the old leader stepped down", WAIT, || !leader.is_leader()).await;
     never_two(&a, &b, Duration::from_secs(1)).await;
     wait_until("the old leader stands again behind", WAIT, || {
         leader.leader_id().as_deref() == Some(fid)
