@@ -179,8 +179,10 @@ pub fn plan(
         .filter_map(|c| judge(view, valid_since, c, now, policy, &mut missing))
         .collect();
     // Only rows still live are tracked, so the map stays bounded.
-    let live: std::collections::HashSet<i64> = candidates.iter().map(|c| c.id).collect();
-    missing.retain(|id, _| live.contains(id));
+    if !missing.is_empty() {
+        let live: std::collections::HashSet<i64> = candidates.iter().map(|c| c.id).collect();
+        missing.retain(|id, _| live.contains(id));
+    }
 
     let acting = zombies
         .iter()
@@ -484,7 +486,7 @@ fn judge(
 /// The agent of the worker a (raw) task host names, live or lost.
 fn agent_of<'a>(view: &'a RegistryView, raw_host: &str) -> Option<&'a crate::agent::AgentSeen> {
     let name = view.resolve(NodeKind::Worker, raw_host);
-    view.agents.get(name.as_ref())
+    view.agents.get(name.as_ref()).map(|a| &**a)
 }
 
 /// SPEC §12 `process_gone` for a task on a live worker: seen, then gone. A

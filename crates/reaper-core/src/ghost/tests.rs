@@ -74,7 +74,7 @@ fn send(v: &mut RegistryView, at: i64, tasks: &[(i64, Vec<AgentProcess>)]) {
         orders: Vec::new(),
     };
     let seen = AgentSeen::received(prev.as_ref(), Some(report), t(at), false, STALE);
-    v.agents.insert(W1.into(), seen);
+    v.agents.insert(W1.into(), seen.into());
 }
 
 /// A row started at t(10) on w1, in `state`, ended at `end` when finished.
