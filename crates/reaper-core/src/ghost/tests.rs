@@ -73,7 +73,7 @@ fn send(v: &mut RegistryView, at: i64, tasks: &[(i64, Vec<AgentProcess>)]) {
             .collect(),
         orders: Vec::new(),
     };
-    let seen = AgentSeen::received(prev.as_ref(), Some(report), t(at), false, STALE);
+    let seen = AgentSeen::received(prev.as_deref(), Some(report), t(at), false, STALE);
     v.agents.insert(W1.into(), seen.into());
 }
 
