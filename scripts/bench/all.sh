@@ -178,13 +178,13 @@ secs=300; full=2m; [[ "$QUICK" == 1 ]] && { secs=100; full=1m; }
 if run steady "$target/ds-sim" bench-steady --reaper "$target/ds-reaper" --workers 2000 --rows 100000 \
   --seconds "$secs" --sweep-interval 30s --full-scan-interval "$full"; then
   hwm=$(result steady steady_rss_hwm_mib); cpu=$(result steady steady_cpu_percent)
-  ok=$(verdict "$hwm" "<=" 60); [[ "$ok" == OK ]] && ok=$(verdict "$cpu" "<=" 3)
+  ok=$(verdict "$hwm" "<=" 40); [[ "$ok" == OK ]] && ok=$(verdict "$cpu" "<=" 3)
   row "steady, 2000 workers + 100k live rows, sweep 30s: RSS max / CPU" \
-    "$(printf '%.1f MiB / %.2f %%' "$hwm" "$cpu")" "<= 60 MiB / <= 3 %" "$ok"
+    "$(printf '%.1f MiB / %.2f %%' "$hwm" "$cpu")" "<= 40 MiB / <= 3 %" "$ok"
   row "  (window ${secs} s, full scan every $full: $(printf '%.0f' "$(result steady steady_full_scans_in_window)") in it): mean sweep" \
     "$(printf '%.0f' "$(result steady steady_sweep_mean_ms)") ms" "(figure)" "-"
 else
-  row "steady, 2000 workers + 100k live rows, sweep 30s: RSS max / CPU" "-" "<= 60 MiB / <= 3 %" "FAILED"
+  row "steady, 2000 workers + 100k live rows, sweep 30s: RSS max / CPU" "-" "<= 40 MiB / <= 3 %" "FAILED"
 fi
 
 # 6. etcd registry: node removal -> view update ----------------------------------

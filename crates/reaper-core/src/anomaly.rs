@@ -3,6 +3,7 @@
 //! memory, so a database write would not reach it: whatever the policy says,
 //! nothing here leads to a write.
 
+use crate::agent::AgentSeen;
 use crate::candidate::Candidate;
 use crate::host;
 use crate::line::DsLine;
@@ -245,6 +246,32 @@ pub fn plan_anomalies(
     report
 }
 
+/// The sweep's candidates and the other live rows of its read, each row
+/// once. The candidates are unique by id, so only `others` is checked
+/// against them: by binary search when they come sorted by id (the SQL
+/// store's order), else through a set of their ids.
+fn union_by_id<'a>(candidates: &'a [Candidate], others: &'a [Candidate]) -> Vec<&'a Candidate> {
+    let mut out: Vec<&Candidate> = Vec::with_capacity(candidates.len() + others.len());
+    out.extend(candidates.iter());
+    if others.is_empty() {
+        return out;
+    }
+    let sorted = candidates.windows(2).all(|w| w[0].id < w[1].id);
+    let set: Option<std::collections::HashSet<i64>> =
+        (!sorted).then(|| candidates.iter().map(|c| c.id).collect());
+    let mut extra = BTreeSet::new();
+    for c in others {
+        let known = match &set {
+            Some(s) => s.contains(&c.id),
+            None => candidates.binary_search_by_key(&c.id, |x| x.id).is_ok(),
+        };
+        if !known && extra.insert(c.id) {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// The part of [`plan_anomalies`] that needs the task rows (and 3.4's
 /// serial queue): a sweep lets its task rows go before it reads workflows.
 pub fn plan_task_anomalies(
@@ -256,12 +283,7 @@ pub fn plan_task_anomalies(
     now: Instant,
     settings: &AnomalySettings,
 ) -> AnomalyReport {
-    let mut seen = BTreeSet::new();
-    let tasks: Vec<&Candidate> = candidates
-        .iter()
-        .chain(rows.others.iter())
-        .filter(|c| seen.insert(c.id))
-        .collect();
+    let tasks = union_by_id(candidates, &rows.others);
     let mut report = AnomalyReport {
         anomalies: Vec::new(),
         oldest_live_seconds: oldest_by_state(line, &tasks, candidate_states, now),
@@ -320,7 +342,11 @@ fn oldest_by_state(
         };
         let Some(since) = row_since(c) else { continue };
         let age = (now - since).num_seconds().max(0);
-        let e = out.entry(name.to_string()).or_default();
+        // once per row: no key allocated for the states already there
+        let e = match out.get_mut(name) {
+            Some(e) => e,
+            None => out.entry(name.to_string()).or_default(),
+        };
         *e = (*e).max(age);
     }
     out
@@ -341,7 +367,7 @@ fn dispatch_stalled(
 ) -> Vec<Anomaly> {
     let queued = queued_states(line);
     let stall = delta(settings.dispatch_stall_after);
-    let mut groups: BTreeMap<Option<String>, Vec<&Candidate>> = BTreeMap::new();
+    let mut groups: BTreeMap<Option<&str>, Vec<&Candidate>> = BTreeMap::new();
     for c in tasks {
         if !queued.contains(&c.state) {
             continue;
@@ -353,7 +379,7 @@ fn dispatch_stalled(
         if now - submit < stall || live_owner(view, c.workflow_host.as_deref()).is_none() {
             continue;
         }
-        groups.entry(c.worker_group.clone()).or_default().push(c);
+        groups.entry(c.worker_group.as_deref()).or_default().push(c);
     }
     groups
         .into_iter()
@@ -391,10 +417,10 @@ fn dispatch_stalled(
                 workflow_instance_id: None,
                 task_ids: rows.iter().take(MAX_TASK_IDS).map(|c| c.id).collect(),
                 count: rows.len() as i64,
-                worker_group: group,
+                worker_group: group.map(str::to_string),
                 since: oldest.submit_time,
                 evidence: ev,
-                owner_master: oldest.workflow_host.clone(),
+                owner_master: oldest.workflow_host.as_deref().map(str::to_string),
             }
         })
         .collect()
@@ -491,14 +517,52 @@ fn task_identity(line: DsLine, c: &Candidate) -> Option<String> {
     }
 }
 
+/// [`task_identity`] without an allocation, for grouping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Ident<'a> {
+    Code(i64),
+    Name(&'a str),
+}
+
+fn ident(line: DsLine, c: &Candidate) -> Option<(i64, Ident<'_>)> {
+    let wf = c.workflow_instance_id?;
+    let task = match c.task_code {
+        Some(code) => Ident::Code(code),
+        None if line <= DsLine::V1_3 && !c.name.is_empty() => Ident::Name(&c.name),
+        None => return None,
+    };
+    Some((wf, task))
+}
+
 fn duplicate_rows(line: DsLine, tasks: &[&Candidate], now: Instant) -> Vec<Anomaly> {
+    // Every live row goes through here each sweep and almost none has a
+    // twin: group positions (4 bytes a row) sorted by identity, not a map
+    // entry with an owned key and a vector per row (~14 MiB at 100,000
+    // rows, at the sweep's peak). Only the groups of two or more get keys.
+    let mut order: Vec<u32> = (0..tasks.len() as u32)
+        .filter(|&i| ident(line, tasks[i as usize]).is_some())
+        .collect();
+    order.sort_unstable_by(|&a, &b| {
+        ident(line, tasks[a as usize]).cmp(&ident(line, tasks[b as usize]))
+    });
     let mut groups: BTreeMap<(i64, String), Vec<&Candidate>> = BTreeMap::new();
-    for c in tasks {
-        let (Some(wf), Some(task)) = (c.workflow_instance_id, task_identity(line, c)) else {
+    for run in
+        order.chunk_by(|&a, &b| ident(line, tasks[a as usize]) == ident(line, tasks[b as usize]))
+    {
+        if run.len() < 2 {
+            continue;
+        }
+        let first = tasks[run[0] as usize];
+        let (Some(wf), Some(task)) = (first.workflow_instance_id, task_identity(line, first))
+        else {
             continue;
         };
-        groups.entry((wf, task)).or_default().push(c);
+        groups
+            .entry((wf, task))
+            .or_default()
+            .extend(run.iter().map(|&i| tasks[i as usize]));
     }
+    drop(order);
     groups
         .into_iter()
         .filter(|(_, rows)| rows.len() >= 2)
@@ -508,7 +572,7 @@ fn duplicate_rows(line: DsLine, tasks: &[&Candidate], now: Instant) -> Vec<Anoma
             let since = rows.get(1).and_then(|c| row_since(c));
             let mut hosts: Vec<String> = rows
                 .iter()
-                .filter_map(|c| c.host.clone())
+                .filter_map(|c| c.host.as_deref().map(str::to_string))
                 .filter(|h| !host::is_empty(Some(h)))
                 .collect();
             hosts.sort();
@@ -526,7 +590,7 @@ fn duplicate_rows(line: DsLine, tasks: &[&Candidate], now: Instant) -> Vec<Anoma
                 workflow_instance_id: Some(wf),
                 task_ids: rows.iter().take(MAX_TASK_IDS).map(|c| c.id).collect(),
                 count: rows.len() as i64,
-                worker_group: rows[0].worker_group.clone(),
+                worker_group: rows[0].worker_group.as_deref().map(str::to_string),
                 since,
                 evidence: AnomalyEvidence {
                     task: Some(task),
@@ -536,7 +600,7 @@ fn duplicate_rows(line: DsLine, tasks: &[&Candidate], now: Instant) -> Vec<Anoma
                     age_seconds: since.map(|s| (now - s).num_seconds()),
                     ..AnomalyEvidence::default()
                 },
-                owner_master: rows[0].workflow_host.clone(),
+                owner_master: rows[0].workflow_host.as_deref().map(str::to_string),
             }
         })
         .collect()
@@ -549,32 +613,49 @@ fn duplicate_listings(
     now: Instant,
     settings: &AnomalySettings,
 ) -> Vec<Anomaly> {
-    let mut listed: BTreeMap<i64, (i64, Vec<String>, Option<Instant>)> = BTreeMap::new();
-    let fresh = view
+    // Each fresh agent lists its worker's tasks each sweep (40,000 with
+    // 2,000 agents x 20) and a task on two workers is rare: one flat list
+    // sorted by task, no map entry nor worker name copied per listing.
+    let mut listings: Vec<(i64, &str, &AgentSeen, i64)> = Vec::new();
+    for (worker, a) in view
         .agents
         .iter()
-        .filter(|(_, a)| a.fresh(now, settings.agent_stale_after));
-    for (worker, a) in fresh {
+        .filter(|(_, a)| a.fresh(now, settings.agent_stale_after))
+    {
         let Some(report) = a.report.as_ref() else {
             continue;
         };
-        for t in &report.tasks {
-            let e = listed
-                .entry(t.task_id)
-                .or_insert((t.workflow_instance_id, Vec::new(), None));
-            e.1.push(worker.clone());
-            let at = a.listed_in_streak(t.task_id);
-            e.2 = match (e.2, at) {
+        listings.extend(
+            report
+                .tasks
+                .iter()
+                .map(|t| (t.task_id, worker.as_str(), &**a, t.workflow_instance_id)),
+        );
+    }
+    listings.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    let mut listed: Vec<(i64, i64, Vec<String>, Option<Instant>)> = Vec::new();
+    for run in listings.chunk_by(|a, b| a.0 == b.0) {
+        if run.len() < 2 {
+            continue;
+        }
+        let mut at: Option<Instant> = None;
+        for (id, _, a, _) in run {
+            at = match (at, a.listed_in_streak(*id)) {
                 (Some(x), Some(y)) => Some(x.max(y)),
                 (x, y) => x.or(y),
             };
         }
+        let workers = run.iter().map(|(_, w, _, _)| w.to_string()).collect();
+        listed.push((run[0].0, run[0].3, workers, at));
+    }
+    drop(listings);
+    if listed.is_empty() {
+        return Vec::new();
     }
     let by_id: HashMap<i64, &Candidate> = tasks.iter().map(|c| (c.id, *c)).collect();
     listed
         .into_iter()
-        .filter(|(_, (_, workers, _))| workers.len() >= 2)
-        .map(|(id, (wf, mut workers, at))| {
+        .map(|(id, wf, mut workers, at)| {
             workers.sort();
             let row = by_id.get(&id);
             Anomaly {
@@ -582,7 +663,7 @@ fn duplicate_listings(
                 workflow_instance_id: Some(wf),
                 task_ids: vec![id],
                 count: workers.len() as i64,
-                worker_group: row.and_then(|c| c.worker_group.clone()),
+                worker_group: row.and_then(|c| c.worker_group.as_deref().map(str::to_string)),
                 since: at,
                 evidence: AnomalyEvidence {
                     task: Some(id.to_string()),
@@ -590,7 +671,7 @@ fn duplicate_listings(
                     seen_in: Some("agents".into()),
                     ..AnomalyEvidence::default()
                 },
-                owner_master: row.and_then(|c| c.workflow_host.clone()),
+                owner_master: row.and_then(|c| c.workflow_host.as_deref().map(str::to_string)),
             }
         })
         .collect()

@@ -2,25 +2,37 @@
 
 use crate::Instant;
 use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// A string most rows share with many others (a host, a task type, a
+/// worker group): one allocation per distinct value, see [`shared`].
+pub type Shared = Arc<str>;
 
 /// One `t_ds_task_instance` row with `flag = 1` in a live state, joined with
 /// what the planner needs from its workflow instance.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// A sweep holds every live row at once (100,000 rows: tens of MiB, the
+/// daemon's peak): the values a few thousand distinct strings take over all
+/// rows — host, task type, worker group, the workflow's host — are
+/// [`Shared`], read through [`shared`], so that each is allocated once, not
+/// once per row.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Candidate {
     pub id: i64,
     pub name: String,
-    pub task_type: String,
+    pub task_type: Shared,
     /// The raw state code as read (the write is conditional on it).
     pub state: i32,
     /// Raw host as read (conditional writes compare it with `<=>`).
-    pub host: Option<String>,
+    pub host: Option<Shared>,
     pub submit_time: Option<Instant>,
     pub start_time: Option<Instant>,
-    pub worker_group: Option<String>,
+    pub worker_group: Option<Shared>,
     pub project_code: Option<i64>,
     pub workflow_instance_id: Option<i64>,
     /// `host` of the owning workflow instance: the master that owns it.
-    pub workflow_host: Option<String>,
+    pub workflow_host: Option<Shared>,
     pub workflow_state: Option<i32>,
     /// The row's `execute_path` where the line has the column (1.3, 2.0-3.1)
     /// and DS wrote one: a task whose path is not under the agent's
@@ -44,9 +56,9 @@ impl Candidate {
         Candidate {
             id,
             name: format!("task-{id}"),
-            task_type: task_type.to_string(),
+            task_type: shared(task_type),
             state,
-            host: host.map(str::to_string),
+            host: host.map(shared),
             submit_time: None,
             start_time: None,
             worker_group: None,
@@ -58,5 +70,64 @@ impl Candidate {
             child_workflow_state: None,
             task_code: None,
         }
+    }
+}
+
+thread_local! {
+    /// The distinct values handed out on this thread, and how many there
+    /// were after the last pruning.
+    static SHARED: std::cell::RefCell<(HashSet<Shared>, usize)> =
+        std::cell::RefCell::new((HashSet::new(), 0));
+}
+
+/// Above this many values the set is pruned of those no row holds any more.
+const PRUNE_FLOOR: usize = 4096;
+
+/// `s` as a [`Shared`] string: the same allocation as every earlier call
+/// with an equal string on this thread whose result is still held. Values
+/// no longer held are forgotten once the set has doubled, so it stays the
+/// size of what the live rows hold (one copy per thread at most).
+pub fn shared(s: &str) -> Shared {
+    SHARED.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        let (set, kept) = &mut *cell;
+        if let Some(v) = set.get(s) {
+            return v.clone();
+        }
+        if set.len() >= PRUNE_FLOOR.max(*kept * 2) {
+            set.retain(|v| Arc::strong_count(v) > 1);
+            *kept = set.len();
+        }
+        let v: Shared = Arc::from(s);
+        set.insert(v.clone());
+        v
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_strings_share_one_allocation() {
+        let a = shared("10.0.0.1:1234");
+        let b = shared(&String::from("10.0.0.1:1234"));
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(&*a, "10.0.0.1:1234");
+        assert!(!Arc::ptr_eq(&a, &shared("10.0.0.2:1234")));
+    }
+
+    #[test]
+    fn values_no_row_holds_are_forgotten() {
+        let kept = shared("kept-host");
+        for i in 0..3 * PRUNE_FLOOR {
+            drop(shared(&format!("gone-{i}")));
+        }
+        let n = SHARED.with(|c| c.borrow().0.len());
+        assert!(n <= 2 * PRUNE_FLOOR, "pruned: {n} values held");
+        assert!(
+            Arc::ptr_eq(&kept, &shared("kept-host")),
+            "a held value stays shared"
+        );
     }
 }

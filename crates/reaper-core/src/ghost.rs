@@ -354,7 +354,8 @@ pub fn plan_ghosts(
     // count below; and the listed tasks they are a part of.
     let mut wanted = Vec::new();
     let mut listed = 0usize;
-    let mut agents: Vec<(&String, &AgentSeen)> = view.agents.iter().collect();
+    let mut agents: Vec<(&String, &AgentSeen)> =
+        view.agents.iter().map(|(w, a)| (w, &**a)).collect();
     agents.sort_by(|a, b| a.0.cmp(b.0));
     for (worker, seen) in agents {
         if !seen.fresh(now, policy.agent_stale_after) {
@@ -430,7 +431,7 @@ pub fn plan_ghosts(
                 over,
                 row_state: row_state.clone(),
                 row_flag: row.map(|r| r.flag),
-                row_host: cand.and_then(|c| c.host.clone()),
+                row_host: cand.and_then(|c| c.host.as_deref().map(str::to_string)),
                 row_start_time: cand.and_then(|c| c.start_time),
                 row_end_time: row.and_then(|r| r.end_time),
                 pids: processes.iter().map(|p| p.pid).collect(),
@@ -468,8 +469,8 @@ pub fn plan_ghosts(
             ghosts.push(Ghost {
                 task_id: task.task_id,
                 task_name: cand.map(|c| c.name.clone()),
-                task_type: cand.map(|c| c.task_type.clone()),
-                worker_group: cand.and_then(|c| c.worker_group.clone()),
+                task_type: cand.map(|c| c.task_type.to_string()),
+                worker_group: cand.and_then(|c| c.worker_group.as_deref().map(str::to_string)),
                 workflow_instance_id: cand
                     .and_then(|c| c.workflow_instance_id)
                     .or(Some(task.workflow_instance_id)),
@@ -478,7 +479,7 @@ pub fn plan_ghosts(
                 started_at,
                 row_state,
                 row_flag: row.map(|r| r.flag),
-                row_host: cand.and_then(|c| c.host.clone()),
+                row_host: cand.and_then(|c| c.host.as_deref().map(str::to_string)),
                 newer_attempt: newer,
                 evidence,
                 action,

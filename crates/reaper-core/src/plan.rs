@@ -191,8 +191,10 @@ pub fn plan_within(
         .filter_map(|c| judge::judge(view, valid_since, c, now, policy, &mut missing))
         .collect();
     // Only rows still live are tracked, so the map stays bounded.
-    let live: std::collections::HashSet<i64> = candidates.iter().map(|c| c.id).collect();
-    missing.retain(|id, _| live.contains(id));
+    if !missing.is_empty() {
+        let live: std::collections::HashSet<i64> = candidates.iter().map(|c| c.id).collect();
+        missing.retain(|id, _| live.contains(id));
+    }
 
     let acting = zombies
         .iter()

@@ -105,8 +105,11 @@ pub struct RegistryView {
     #[serde(default)]
     pub master_aliases: HashMap<String, String>,
     /// Worker-host agents (SPEC §12) by the worker's normalised node name.
+    /// Shared, not copied, by each copy of the view: the registry hands out
+    /// a copy after every change, and with every agent rewriting its report
+    /// every few seconds a sweep took several copies of 2,000 full reports.
     #[serde(default)]
-    pub agents: HashMap<String, crate::agent::AgentSeen>,
+    pub agents: HashMap<String, std::sync::Arc<crate::agent::AgentSeen>>,
     /// DS's own master-failover locks (SPEC §13), read never taken, by the
     /// normalised host of the master being failed over; [`ANY_MASTER`] for
     /// 1.3's single lock, which covers every master.

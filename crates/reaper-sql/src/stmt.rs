@@ -10,6 +10,7 @@ use crate::schema::{
 };
 use crate::sql::Sql;
 use crate::{SqlError, TaskRow, PAGE};
+use reaper_core::candidate::shared;
 use reaper_core::{Candidate, DsLine, Zone};
 use std::collections::{BTreeSet, HashMap};
 
@@ -116,15 +117,15 @@ fn decode<D: Dialect>(line: DsLine, zone: Zone, r: &RowOf<D>) -> Result<TaskRow,
     let row = Candidate {
         id: id::<D>(r)?,
         name: D::text(r, 1)?.unwrap_or_default(),
-        task_type: D::text(r, 2)?.unwrap_or_default(),
+        task_type: shared(D::text(r, 2)?.as_deref().unwrap_or_default()),
         state: D::int(r, 3)?.unwrap_or(-1) as i32,
-        host: D::text(r, 4)?,
+        host: D::text(r, 4)?.as_deref().map(shared),
         submit_time: t(D::time(r, 5)?),
         start_time: t(D::time(r, 6)?),
-        worker_group,
+        worker_group: worker_group.as_deref().map(shared),
         project_code: D::int(r, 9)?,
         workflow_instance_id: D::int(r, 10)?,
-        workflow_host: D::text(r, 12)?,
+        workflow_host: D::text(r, 12)?.as_deref().map(shared),
         workflow_state: D::int(r, 13)?.map(|s| s as i32),
         execute_path: D::text(r, 14)?,
         // filled by a second read, for SUB_PROCESS rows only (child_states)

@@ -36,7 +36,7 @@ async fn workflow(sim: &SimDb, state: i32) -> i64 {
 
 async fn task(sim: &SimDb, wf: i64, task_type: &str, state: i32, host: Option<&str>) -> i64 {
     let mut t = TaskSpec::new(wf, state, host);
-    t.task_type = task_type.to_string();
+    t.task_type = task_type.into();
     sim.insert_task(&t).await.unwrap()
 }
 

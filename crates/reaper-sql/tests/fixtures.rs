@@ -59,7 +59,7 @@ async fn run(kind: SimKind, fixture: &str) {
     assert_eq!(s.workflow_host.as_deref(), Some("10.0.0.1:5678"));
     assert_eq!(s.workflow_state, Some(1));
     assert_eq!(s.worker_group.as_deref(), Some("default"));
-    assert_eq!(s.task_type, "SHELL");
+    assert_eq!(&*s.task_type, "SHELL");
     assert_eq!(
         s.submit_time,
         Some(Utc.timestamp_opt(1_700_000_100, 0).unwrap())

@@ -46,11 +46,11 @@ impl ZombieView {
         ZombieView {
             task_id: t.id,
             task_name: t.name.clone(),
-            task_type: t.task_type.clone(),
+            task_type: t.task_type.to_string(),
             workflow_instance_id: t.workflow_instance_id,
             state: z.state_name.clone(),
-            host: t.host.clone(),
-            worker_group: t.worker_group.clone(),
+            host: t.host.as_deref().map(str::to_string),
+            worker_group: t.worker_group.as_deref().map(str::to_string),
             submit_time: t.submit_time,
             age_seconds: t
                 .submit_time

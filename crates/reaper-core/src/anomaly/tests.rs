@@ -370,10 +370,12 @@ fn agent(worker: &str, tasks: &[(i64, i64)], at: i64) -> AgentSeen {
 #[test]
 fn one_task_listed_by_the_agents_of_two_workers_is_a_duplicate_attempt() {
     let mut v = view();
+    v.agents.insert(
+        "w1:1234".into(),
+        agent("w1:1234", &[(5, 10), (6, 10)], 100).into(),
+    );
     v.agents
-        .insert("w1:1234".into(), agent("w1:1234", &[(5, 10), (6, 10)], 100));
-    v.agents
-        .insert("w2:1234".into(), agent("w2:1234", &[(5, 10)], 110));
+        .insert("w2:1234".into(), agent("w2:1234", &[(5, 10)], 110).into());
     let r = run(
         &v,
         DsLine::V3_3,

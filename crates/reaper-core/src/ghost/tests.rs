@@ -73,8 +73,8 @@ fn send(v: &mut RegistryView, at: i64, tasks: &[(i64, Vec<AgentProcess>)]) {
             .collect(),
         orders: Vec::new(),
     };
-    let seen = AgentSeen::received(prev.as_ref(), Some(report), t(at), false, STALE);
-    v.agents.insert(W1.into(), seen);
+    let seen = AgentSeen::received(prev.as_deref(), Some(report), t(at), false, STALE);
+    v.agents.insert(W1.into(), seen.into());
 }
 
 /// A row started at t(10) on w1, in `state`, ended at `end` when finished.

@@ -317,7 +317,7 @@ impl Absence {
 /// The agent of the worker a (raw) task host names, live or lost.
 fn agent_of<'a>(view: &'a RegistryView, raw_host: &str) -> Option<&'a crate::agent::AgentSeen> {
     let name = view.resolve(NodeKind::Worker, raw_host);
-    view.agents.get(name.as_ref())
+    view.agents.get(name.as_ref()).map(|a| &**a)
 }
 
 /// SPEC §12 `process_gone` for a task on a live worker: seen, then gone. A

@@ -65,7 +65,7 @@ fn report(scan_started: i64, tasks: &[i64], unreadable: u64) -> AgentReport {
 
 /// The agent of w1 sends a report at `at` (scan started 1 s before).
 fn send(v: &mut RegistryView, at: i64, tasks: &[i64], unreadable: u64) {
-    let prev = v.agents.get("w1:1234").cloned();
+    let prev = v.agents.get("w1:1234").map(|a| (**a).clone());
     let seen = AgentSeen::received(
         prev.as_ref(),
         Some(report(at - 1, tasks, unreadable)),
@@ -73,7 +73,7 @@ fn send(v: &mut RegistryView, at: i64, tasks: &[i64], unreadable: u64) {
         false,
         STALE,
     );
-    v.agents.insert("w1:1234".into(), seen);
+    v.agents.insert("w1:1234".into(), seen.into());
 }
 
 fn shell(id: i64, start: i64) -> Candidate {
@@ -279,11 +279,11 @@ fn a_lost_worker_whose_agent_lists_the_process_is_held() {
 
 /// The agent of w1 sends a report at `at`, as `send`, blind or not.
 fn send_blind(v: &mut RegistryView, at: i64, tasks: &[i64], blind: Option<&str>) {
-    let prev = v.agents.get("w1:1234").cloned();
+    let prev = v.agents.get("w1:1234").map(|a| (**a).clone());
     let mut r = report(at - 1, tasks, 0);
     r.blind = blind.map(str::to_string);
     let seen = AgentSeen::received(prev.as_ref(), Some(r), t(at), false, STALE);
-    v.agents.insert("w1:1234".into(), seen);
+    v.agents.insert("w1:1234".into(), seen.into());
 }
 
 #[test]
@@ -319,7 +319,7 @@ fn an_agent_restart_needs_a_new_listing_before_absence() {
     send(&mut v, 20, &[1], 0);
     // the agent restarts: its node goes, a new one comes
     let gone = v.agents["w1:1234"].gone(t(25));
-    v.agents.insert("w1:1234".into(), gone);
+    v.agents.insert("w1:1234".into(), gone.into());
     for at in (30..=400).step_by(10) {
         send(&mut v, at, &[], 0);
         assert!(s.at(&v, &c, at).zombies.is_empty(), "at {at}");
@@ -404,7 +404,7 @@ fn the_hold_rests_on_the_last_listing_whatever_came_after() {
     let mut s = Sweeper::new();
     send(&mut v, 170, &[1], 0);
     let gone = v.agents["w1:1234"].gone(t(172));
-    v.agents.insert("w1:1234".into(), gone);
+    v.agents.insert("w1:1234".into(), gone.into());
     assert!(held(&s.at(&v, &c, 200)));
     assert!(
         held(&s.at(&v, &c, 205)),

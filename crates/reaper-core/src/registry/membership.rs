@@ -219,9 +219,9 @@ impl Membership {
                 None
             }
         };
-        let prev = self.view.agents.get(&worker);
+        let prev = self.view.agents.get(&worker).map(|a| &**a);
         let seen = crate::agent::AgentSeen::received(prev, report, now, gap, stale_after);
-        self.view.agents.insert(worker, seen);
+        self.view.agents.insert(worker, std::sync::Arc::new(seen));
     }
 
     pub fn mode(&self) -> LayoutMode {
@@ -331,7 +331,9 @@ impl Membership {
         // (SPEC §12) until those are too old to matter.
         for (worker, prev) in old_agents {
             if now - prev.received_at <= crate::agent::LISTED_KEEP {
-                self.view.agents.insert(worker, prev.gone(now));
+                self.view
+                    .agents
+                    .insert(worker, std::sync::Arc::new(prev.gone(now)));
             }
         }
         // Hosts that went while the view was not watching are lost as of now.
@@ -379,7 +381,7 @@ impl Membership {
                     NodeEvent::Deleted { .. } => {
                         // Not fresh any more, but what it listed still holds.
                         if let Some(a) = self.view.agents.get_mut(&worker) {
-                            *a = a.gone(now);
+                            *a = std::sync::Arc::new(a.gone(now));
                         }
                     }
                     NodeEvent::Present { data, .. } | NodeEvent::DataChanged { data, .. } => {

@@ -194,7 +194,7 @@ impl Dialect for MySql {
             let seen_submit = w.seen.submit_time.map(|t| zone.to_naive(t));
             let same = cur.state == Some(i64::from(w.seen.state))
                 && cur.flag == Some(1)
-                && cur.host == w.seen.host
+                && cur.host.as_deref() == w.seen.host.as_deref()
                 && cur.submit == seen_submit;
             if same && taken.insert(w.seen.id) {
                 applied[k] = true;

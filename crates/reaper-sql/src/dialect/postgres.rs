@@ -220,7 +220,9 @@ impl Dialect for Postgres {
                 .bind(Arg::I32s(idx.iter().map(|k| seen(k).state).collect()))
                 .push("::int4[], ")
                 .bind(Arg::Texts(
-                    idx.iter().map(|k| seen(k).host.clone()).collect(),
+                    idx.iter()
+                        .map(|k| seen(k).host.as_deref().map(str::to_string))
+                        .collect(),
                 ))
                 .push("::varchar[], ")
                 .bind(Arg::Times(

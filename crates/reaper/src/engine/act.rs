@@ -68,8 +68,8 @@ impl Engine {
         r.task_id = Some(z.task.id);
         r.workflow_instance_id = z.task.workflow_instance_id;
         r.task_name = Some(z.task.name.clone());
-        r.host = z.task.host.clone();
-        r.worker_group = z.task.worker_group.clone();
+        r.host = z.task.host.as_deref().map(str::to_string);
+        r.worker_group = z.task.worker_group.as_deref().map(str::to_string);
         r.reason = Some(z.reason.as_str().to_string());
         r.evidence = serde_json::to_value(&z.evidence).ok();
         r.from_state = Some(z.state_name.clone());

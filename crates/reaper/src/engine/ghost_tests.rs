@@ -120,8 +120,8 @@ impl Rig {
         };
         self.reg.update(|v| {
             let prev = v.agents.get(W1).cloned();
-            let seen = AgentSeen::received(prev.as_ref(), Some(report), now, false, STALE);
-            v.agents.insert(W1.into(), seen);
+            let seen = AgentSeen::received(prev.as_deref(), Some(report), now, false, STALE);
+            v.agents.insert(W1.into(), seen.into());
         });
     }
 

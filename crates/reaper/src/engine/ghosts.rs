@@ -104,7 +104,12 @@ impl Engine {
             // A live row on the lister's own worker is all the judgement
             // needs of it (no ghost): its state and host, not a full copy
             // held through the rest of the sweep.
-            let slim = reaper_core::Candidate::new(c.id, "", c.state, c.host.as_deref());
+            let slim = reaper_core::Candidate {
+                id: c.id,
+                state: c.state,
+                host: c.host.clone(),
+                ..Default::default()
+            };
             let mut row = GhostRow {
                 row: slim,
                 flag: 1,
