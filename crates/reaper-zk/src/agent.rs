@@ -9,23 +9,19 @@
 //! server has not expired yet (an agent restarted within the session timeout)
 //! is replaced, as DS's `persistEphemeral` replaces a server's.
 
+use crate::session::{self, Outcome};
 use crate::ZkSettings;
 use reaper_core::agent::AgentReport;
 use reaper_core::ports::BoxFuture;
 use reaper_core::publish::{OrderNode, PublishError, Publisher, RegisteredWorker};
-use reaper_core::registry::{classify, Backoff, LayoutMode, NodeClass};
+use reaper_core::registry::{classify, LayoutMode, NodeClass};
 use reaper_core::NodeKind;
 use std::collections::BTreeSet;
-use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
-
-const MIN_BACKOFF: Duration = Duration::from_millis(200);
-const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
 /// The session in use and the agent nodes it has created.
 struct Live {
@@ -399,54 +395,25 @@ impl Publisher for ZkAgentPublisher {
     }
 }
 
-/// How one session ended.
-enum Ended {
-    Cancelled,
-    Expired,
-    Other(String),
-}
-
-/// One session after another until cancelled.
+/// One session after another until cancelled (connecting, backoff and
+/// closing as the registry's own loop does, in [`session`]).
 async fn sessions(shared: Arc<Shared>, cancel: CancellationToken) {
-    let seed = std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish();
-    let mut backoff = Backoff::new(MIN_BACKOFF, MAX_BACKOFF, seed);
+    let mut backoff = session::backoff();
     let t = &shared.target;
     let mut failing = false;
     while !cancel.is_cancelled() {
-        let connect = zk::Client::connector()
-            .with_session_timeout(t.session_timeout)
-            .with_fail_eagerly()
-            .connect(&t.connect);
-        let client = tokio::select! {
-            _ = cancel.cancelled() => break,
-            r = tokio::time::timeout(t.session_timeout + t.request_timeout, connect) => r,
+        let Some(client) = cancel.run_until_cancelled(session::connect(t)).await else {
+            break;
         };
         let client = match client {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => {
+            Ok(c) => c,
+            Err(e) => {
+                // One warning per outage, not one per retry.
                 if !failing {
                     tracing::warn!(error = %e, connect = %t.connect, "agent cannot connect to ZooKeeper; retrying");
                 }
                 failing = true;
-                if cancel
-                    .run_until_cancelled(tokio::time::sleep(backoff.next_delay()))
-                    .await
-                    .is_none()
-                {
-                    break;
-                }
-                continue;
-            }
-            Err(_) => {
-                tracing::warn!(connect = %t.connect, "agent: connecting to ZooKeeper timed out; retrying");
-                failing = true;
-                if cancel
-                    .run_until_cancelled(tokio::time::sleep(backoff.next_delay()))
-                    .await
-                    .is_none()
-                {
+                if !session::wait_to_retry(&cancel, &mut backoff).await {
                     break;
                 }
                 continue;
@@ -463,44 +430,43 @@ async fn sessions(shared: Arc<Shared>, cancel: CancellationToken) {
         shared.connected.store(true, Ordering::Relaxed);
         let ended = loop {
             tokio::select! {
-                _ = cancel.cancelled() => break Ended::Cancelled,
-                s = states.changed() => match s {
-                    zk::SessionState::SyncConnected => {
-                        tracing::info!("agent ZooKeeper session reconnected");
-                        shared.connected.store(true, Ordering::Relaxed);
+                _ = cancel.cancelled() => break Outcome::Cancelled,
+                s = states.changed() => {
+                    if let Some(end) = session::terminal(s) {
+                        break end;
                     }
-                    zk::SessionState::Disconnected | zk::SessionState::ConnectedReadOnly => {
-                        tracing::warn!(state = %s, "agent ZooKeeper session disconnected");
-                        shared.connected.store(false, Ordering::Relaxed);
+                    match s {
+                        zk::SessionState::SyncConnected => {
+                            tracing::info!("agent ZooKeeper session reconnected");
+                            shared.connected.store(true, Ordering::Relaxed);
+                        }
+                        zk::SessionState::Disconnected | zk::SessionState::ConnectedReadOnly => {
+                            tracing::warn!(state = %s, "agent ZooKeeper session disconnected");
+                            shared.connected.store(false, Ordering::Relaxed);
+                        }
+                        _ => {}
                     }
-                    zk::SessionState::Expired => break Ended::Expired,
-                    zk::SessionState::Closed => break Ended::Other("ZooKeeper session closed".into()),
-                    zk::SessionState::AuthFailed => break Ended::Other("ZooKeeper authentication failed".into()),
-                },
+                }
             }
         };
         shared.connected.store(false, Ordering::Relaxed);
         lock(&shared.live).take();
         match ended {
-            Ended::Cancelled => {
-                close(client).await;
+            Outcome::Cancelled => {
+                session::close_client(client).await;
                 break;
             }
-            Ended::Expired => {
+            Outcome::Expired => {
                 shared.expirations.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(
                     "agent ZooKeeper session expired; a new session creates the agent node again"
                 );
                 drop(client);
             }
-            Ended::Other(why) => {
+            Outcome::Ended(why) => {
                 tracing::warn!(reason = %why, "agent ZooKeeper session ended; building a new one");
                 drop(client);
-                if cancel
-                    .run_until_cancelled(tokio::time::sleep(backoff.next_delay()))
-                    .await
-                    .is_none()
-                {
+                if !session::wait_to_retry(&cancel, &mut backoff).await {
                     break;
                 }
             }
@@ -508,16 +474,4 @@ async fn sessions(shared: Arc<Shared>, cancel: CancellationToken) {
     }
     shared.connected.store(false, Ordering::Relaxed);
     lock(&shared.live).take();
-}
-
-/// Closes a session at once: its ephemeral nodes go now, not after the timeout.
-async fn close(client: zk::Client) {
-    let mut states = client.state_watcher();
-    drop(client);
-    let _ = tokio::time::timeout(Duration::from_secs(3), async {
-        while !states.peek_state().is_terminated() {
-            states.changed().await;
-        }
-    })
-    .await;
 }

@@ -155,11 +155,7 @@ async fn run(settings: ZkSettings, dir: String, id: String, seen: Seen, cancel: 
             }
             Err(e) => tracing::warn!(error = %e, "leader election cannot connect to ZooKeeper"),
         }
-        if cancel
-            .run_until_cancelled(tokio::time::sleep(backoff.next_delay()))
-            .await
-            .is_none()
-        {
+        if !crate::session::wait_to_retry(&cancel, &mut backoff).await {
             break;
         }
     }

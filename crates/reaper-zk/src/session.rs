@@ -27,6 +27,17 @@ pub(crate) fn backoff() -> Backoff {
     Backoff::new(MIN_BACKOFF, MAX_BACKOFF, seed)
 }
 
+/// Sleeps the backoff's next delay; false when cancelled meanwhile.
+pub(crate) async fn wait_to_retry(
+    cancel: &tokio_util::sync::CancellationToken,
+    backoff: &mut Backoff,
+) -> bool {
+    cancel
+        .run_until_cancelled(tokio::time::sleep(backoff.next_delay()))
+        .await
+        .is_some()
+}
+
 /// Opens a session, bounded by the session timeout plus one request timeout.
 pub(crate) async fn connect(settings: &ZkSettings) -> Result<zk::Client, ZkError> {
     let st = settings.session_timeout;
@@ -92,11 +103,7 @@ pub(crate) async fn run(mut w: Watcher) {
                 inner.error();
                 tracing::warn!(error = %e, connect = %addr, "cannot connect to ZooKeeper");
                 w.invalidate(Gap::Session, format!("connecting to {addr}: {e}"));
-                if cancel
-                    .run_until_cancelled(tokio::time::sleep(backoff.next_delay()))
-                    .await
-                    .is_none()
-                {
+                if !wait_to_retry(&cancel, &mut backoff).await {
                     break;
                 }
                 continue;
@@ -126,11 +133,7 @@ pub(crate) async fn run(mut w: Watcher) {
                 inner.error();
                 w.invalidate(Gap::Session, reason);
                 drop(client);
-                if cancel
-                    .run_until_cancelled(tokio::time::sleep(backoff.next_delay()))
-                    .await
-                    .is_none()
-                {
+                if !wait_to_retry(&cancel, &mut backoff).await {
                     break;
                 }
             }
