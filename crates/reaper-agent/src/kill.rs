@@ -144,6 +144,25 @@ fn root_sudo(root: &Path, pid: i32) -> bool {
         .unwrap_or(false)
 }
 
+/// Start ticks to epoch ms, through the boot time.
+#[derive(Clone, Copy)]
+struct Clock {
+    boot: i64,
+    hz: u64,
+}
+
+impl Clock {
+    fn ms(self, ticks: u64) -> i64 {
+        self.boot
+            .saturating_mul(1000)
+            .saturating_add((ticks.saturating_mul(1000) / self.hz) as i64)
+    }
+}
+
+fn same_start(a: i64, b: i64) -> bool {
+    (a - b).abs() <= START_TOLERANCE_MS
+}
+
 /// Checks the order against `scan` (made just before, by the agent's scanner)
 /// and the processes as they are now, then sends SIGTERM to the tree.
 /// `worker_pid` is the worker JVM's pid from its heartbeat.
@@ -159,14 +178,12 @@ pub fn begin(
     if !rules.allow {
         return refuse("agent.allow_kill is false: this agent kills nothing".into());
     }
-    let boot = match proc.boot_time() {
-        Ok(b) => b,
+    let clock = match proc.boot_time() {
+        Ok(boot) => Clock {
+            boot,
+            hz: proc.clock_ticks().max(1),
+        },
         Err(e) => return refuse(format!("cannot read the boot time: {e}")),
-    };
-    let hz = proc.clock_ticks().max(1);
-    let ms = |ticks: u64| {
-        boot.saturating_mul(1000)
-            .saturating_add((ticks.saturating_mul(1000) / hz) as i64)
     };
     let members: HashMap<i32, &AgentProcess> = scan
         .tasks
@@ -175,33 +192,60 @@ pub fn begin(
         .flat_map(|t| t.processes.iter())
         .map(|p| (p.pid, p))
         .collect();
-    let same = |a: i64, b: i64| (a - b).abs() <= START_TOLERANCE_MS;
+    let roots = match ordered_now(order, &members, worker_pid, clock, proc) {
+        Ok(r) => r,
+        Err(why) => return refuse(why),
+    };
+    let task = task_now(&roots, &members, worker_pid, clock, proc);
+    let tree = tree_of(&task, &roots);
+    if tree.is_empty() {
+        return Begun::Done(outcome(
+            id,
+            OrderResult::Gone,
+            format!(
+                "none of the {} ordered process(es) of task {} was left",
+                order.pids.len(),
+                order.task_id
+            ),
+        ));
+    }
+    Begun::Signalled(terminate(order, tree, proc))
+}
 
-    // every ordered pid that still exists passes, or nothing is signalled
-    let mut roots: BTreeMap<i32, ProcStat> = BTreeMap::new();
+/// The ordered processes that still exist, each checked: every one passes
+/// (same start time, no terminal, still the task's, not the worker's JVM)
+/// or the reason the whole order is refused.
+fn ordered_now(
+    order: &KillOrder,
+    members: &HashMap<i32, &AgentProcess>,
+    worker_pid: Option<i64>,
+    clock: Clock,
+    proc: &mut ProcFs,
+) -> Result<BTreeMap<i32, ProcStat>, String> {
+    let mut roots = BTreeMap::new();
     for p in &order.pids {
         if worker_pid == Some(i64::from(p.pid)) {
-            return refuse(format!("pid {} is the worker's JVM", p.pid));
+            return Err(format!("pid {} is the worker's JVM", p.pid));
         }
         let stat = match now(proc, p.pid) {
             Now::Gone => continue,
-            Now::Unreadable(e) => return refuse(format!("cannot read pid {}: {e}", p.pid)),
+            Now::Unreadable(e) => return Err(format!("cannot read pid {}: {e}", p.pid)),
             Now::Alive(s) => s,
         };
-        let started = ms(stat.start_ticks);
-        if !same(started, p.start_time) {
-            return refuse(format!(
+        let started = clock.ms(stat.start_ticks);
+        if !same_start(started, p.start_time) {
+            return Err(format!(
                 "pid {} started at {started}, the order's at {}: another process has the pid now",
                 p.pid, p.start_time
             ));
         }
         if stat.tty() {
-            return refuse(format!("pid {} has a controlling terminal", p.pid));
+            return Err(format!("pid {} has a controlling terminal", p.pid));
         }
         match members.get(&p.pid) {
-            Some(m) if same(m.started_at, started) => {}
+            Some(m) if same_start(m.started_at, started) => {}
             _ => {
-                return refuse(format!(
+                return Err(format!(
                     "pid {} does not belong to task {} any more",
                     p.pid, order.task_id
                 ))
@@ -209,26 +253,43 @@ pub fn begin(
         }
         roots.insert(p.pid, stat);
     }
+    Ok(roots)
+}
 
-    // the task's processes as they are now: the ordered ones and those of
-    // the scan that are still the same processes
+/// The task's processes as they are now: the ordered ones and those of the
+/// scan that are still the same processes (never the worker's JVM, never
+/// one with a terminal).
+fn task_now(
+    roots: &BTreeMap<i32, ProcStat>,
+    members: &HashMap<i32, &AgentProcess>,
+    worker_pid: Option<i64>,
+    clock: Clock,
+    proc: &mut ProcFs,
+) -> HashMap<i32, ProcStat> {
     let mut task: HashMap<i32, ProcStat> = roots.iter().map(|(p, s)| (*p, *s)).collect();
-    for (pid, m) in &members {
+    for (pid, m) in members {
         if task.contains_key(pid) || worker_pid == Some(i64::from(*pid)) {
             continue;
         }
         if let Now::Alive(s) = now(proc, *pid) {
-            if same(ms(s.start_ticks), m.started_at) && !s.tty() {
+            if same_start(clock.ms(s.start_ticks), m.started_at) && !s.tty() {
                 task.insert(*pid, s);
             }
         }
     }
-    // the tree: each process whose chain of parents within the task reaches
-    // an ordered one (parents start no later than their children); its depth
-    // counts every parent within the task, so that children go first even
-    // when parent and child are both ordered
+    task
+}
+
+/// The tree, children before parents: each process of `task` whose chain of
+/// parents within the task reaches an ordered one (parents start no later
+/// than their children). Its depth counts every parent within the task, so
+/// that children go first even when parent and child are both ordered.
+fn tree_of(
+    task: &HashMap<i32, ProcStat>,
+    roots: &BTreeMap<i32, ProcStat>,
+) -> Vec<(usize, i32, ProcStat)> {
     let mut tree: Vec<(usize, i32, ProcStat)> = Vec::new();
-    for (&pid, &s) in &task {
+    for (&pid, &s) in task {
         let mut depth = 0;
         let mut cur = (pid, s);
         let mut reaches = false;
@@ -252,19 +313,13 @@ pub fn begin(
             tree.push((depth, pid, s));
         }
     }
-    if tree.is_empty() {
-        return Begun::Done(outcome(
-            id,
-            OrderResult::Gone,
-            format!(
-                "none of the {} ordered process(es) of task {} was left",
-                order.pids.len(),
-                order.task_id
-            ),
-        ));
-    }
-    // children before parents
     tree.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
+    tree
+}
+
+/// Holds each process of the tree (a root-owned `sudo` only waited for) and
+/// sends SIGTERM, children first.
+fn terminate(order: &KillOrder, tree: Vec<(usize, i32, ProcStat)>, proc: &mut ProcFs) -> Pending {
     let mut pending = Pending {
         order_id: order.order_id.clone(),
         task_id: order.task_id,
@@ -310,7 +365,7 @@ pub fn begin(
         "kill order: SIGTERM sent to the task's process tree"
     );
     pending.termed = termed;
-    Begun::Signalled(pending)
+    pending
 }
 
 /// Opens a handle on `pid` and checks, after opening it, that it is the

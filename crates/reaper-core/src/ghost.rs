@@ -5,7 +5,7 @@
 //! the view and the memory of earlier sweeps, and executes what comes back
 //! (kill orders, under the same brake, caps and token bucket as every write).
 
-use crate::agent::{AgentProcess, AgentSeen};
+use crate::agent::{AgentProcess, AgentSeen, AgentTask, ReportMark};
 use crate::budget::Budget;
 use crate::candidate::Candidate;
 use crate::host;
@@ -15,7 +15,7 @@ use crate::plan::{Blocked, Disposition};
 use crate::view::{NodeKind, RegistryView};
 use crate::{delta, Instant};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
@@ -30,7 +30,7 @@ pub const KILL_ORDERED: &str = "kill_ordered";
 /// A listed task's row as read by id, in any state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GhostRow {
-    pub row: Candidate,
+    pub task: Candidate,
     pub flag: i32,
     pub end_time: Option<Instant>,
     /// For a `flag = 0` row: the `flag = 1` attempt of the same task in the
@@ -216,10 +216,10 @@ pub fn over(view: &RegistryView, worker: &str, row: Option<&GhostRow>) -> Option
     let Some(r) = row else {
         return Some(Over::NoRow);
     };
-    if DsLine::is_finished_task_state(r.row.state) {
+    if DsLine::is_finished_task_state(r.task.state) {
         return Some(Over::Terminal);
     }
-    if r.row.state == NEED_FAULT_TOLERANCE {
+    if r.task.state == NEED_FAULT_TOLERANCE {
         return Some(Over::NeedFaultTolerance);
     }
     if r.flag == 0 {
@@ -229,7 +229,11 @@ pub fn over(view: &RegistryView, worker: &str, row: Option<&GhostRow>) -> Option
     // knows (live or lost) and not this one: a host the view cannot place —
     // an address whose alias was forgotten — might be this worker's own, and
     // a live task's process is never a ghost.
-    let h = r.row.host.as_deref().filter(|h| !host::is_empty(Some(h)))?;
+    let h = r
+        .task
+        .host
+        .as_deref()
+        .filter(|h| !host::is_empty(Some(h)))?;
     let me = host::normalize(worker);
     let named = view.resolve(NodeKind::Worker, h);
     if named == me {
@@ -326,22 +330,31 @@ pub struct GhostPlan {
     pub memory: GhostMemory,
 }
 
-/// Judges every task a fresh agent lists whose id was read (`rows` holds
-/// what the read found; `read` every id asked: an id not asked is never
-/// taken for a vanished row). `outstanding` are the order nodes in the
-/// registry. Orders are admitted through the sweep's budget, after the task
-/// and workflow writes.
-#[allow(clippy::too_many_arguments)]
+/// What a sweep read of the listed tasks.
+pub struct ListedRead<'a> {
+    /// Every id asked: an id not asked is never taken for a vanished row.
+    pub read: &'a BTreeSet<i64>,
+    /// The rows the read found.
+    pub rows: &'a BTreeMap<i64, GhostRow>,
+    /// The order nodes in the registry, by (worker, task id).
+    pub outstanding: &'a BTreeSet<(String, i64)>,
+}
+
+/// Judges every task a fresh agent lists whose id was read. Orders are
+/// admitted through the sweep's budget, after the task and workflow writes.
 pub fn plan_ghosts(
     view: &RegistryView,
-    read: &BTreeSet<i64>,
-    rows: &BTreeMap<i64, GhostRow>,
-    outstanding: &BTreeSet<(String, i64)>,
+    listed_read: &ListedRead<'_>,
     memory: &GhostMemory,
     now: Instant,
     policy: &GhostPolicy,
     budget: &mut Budget,
 ) -> GhostPlan {
+    let ListedRead {
+        read,
+        rows,
+        outstanding,
+    } = *listed_read;
     let mut kept = GhostMemory::new();
     let Some(valid_since) = view.valid_since() else {
         return GhostPlan {
@@ -382,20 +395,7 @@ pub fn plan_ghosts(
                 continue;
             };
             let key = (worker.clone(), task.task_id);
-            let mut track = memory.get(&key).cloned().unwrap_or(Track {
-                over_since: now,
-                reports: 0,
-                counted_to: now,
-                ordered_at: None,
-            });
-            for mark in &seen.history {
-                if mark.received_at > track.counted_to
-                    && mark.tasks.binary_search(&task.task_id).is_ok()
-                {
-                    track.reports += 1;
-                    track.counted_to = mark.received_at;
-                }
-            }
+            let track = counted(memory.get(&key), &seen.history, task.task_id, now);
             kept.insert(key.clone(), track.clone());
             if now - track.over_since < delta(policy.ghost_after) || track.reports < 2 {
                 continue;
@@ -406,87 +406,24 @@ pub fn plan_ghosts(
             if own.is_empty() {
                 continue;
             }
-            let started_at = own
-                .iter()
-                .map(|p| p.started_at)
-                .min()
-                .and_then(chrono::DateTime::from_timestamp_millis);
-            let processes: Vec<OrderPid> = own
-                .iter()
-                .map(|p| OrderPid {
-                    pid: p.pid,
-                    start_time: p.started_at,
-                })
-                .collect();
-            let cand = row.map(|r| &r.row);
-            let row_state = row.map(|r| {
-                policy
-                    .line
-                    .state_name(r.row.state)
-                    .map(str::to_string)
-                    .unwrap_or_else(|| format!("code {}", r.row.state))
-            });
-            let newer = row.and_then(|r| r.newer_attempt.clone());
-            let evidence = GhostEvidence {
+            let judged = Seen {
+                worker,
+                task,
+                row,
                 over,
-                row_state: row_state.clone(),
-                row_flag: row.map(|r| r.flag),
-                row_host: cand.and_then(|c| c.host.as_deref().map(str::to_string)),
-                row_start_time: cand.and_then(|c| c.start_time),
-                row_end_time: row.and_then(|r| r.end_time),
-                pids: processes.iter().map(|p| p.pid).collect(),
-                started_at,
-                over_since: track.over_since,
-                reports_since: track.reports,
-                newer_attempt_id: newer.as_ref().map(|n| n.id),
-                newer_attempt_host: newer.as_ref().and_then(|n| n.host.clone()),
-                excluded_pids: excluded.iter().map(|p| p.pid).collect(),
+                track: &track,
+                own: &own,
+                excluded: &excluded,
             };
-            let action = policy.decide(cand);
-            let mut note = None;
-            let disposition = match action {
-                GhostAction::Report => Disposition::Report,
-                GhostAction::Kill => {
-                    let waiting = outstanding.contains(&key)
-                        || track
-                            .ordered_at
-                            .is_some_and(|at| now - at < delta(policy.ghost_after));
-                    if waiting {
-                        note = Some(KILL_ORDERED.to_string());
-                        Disposition::Report
-                    } else {
-                        wanted.push(ghosts.len());
-                        Disposition::Act
-                    }
-                }
-            };
-            // a hold (standby, check) is said once by the status, not per ghost
-            if let Disposition::Blocked(b) = &disposition {
-                if !matches!(b, Blocked::Hold(_)) {
-                    note = Some(b.describe());
-                }
+            let ordered = outstanding.contains(&key)
+                || track
+                    .ordered_at
+                    .is_some_and(|at| now - at < delta(policy.ghost_after));
+            let ghost = judged.ghost(policy, ordered);
+            if ghost.disposition == Disposition::Act {
+                wanted.push(ghosts.len());
             }
-            ghosts.push(Ghost {
-                task_id: task.task_id,
-                task_name: cand.map(|c| c.name.clone()),
-                task_type: cand.map(|c| c.task_type.to_string()),
-                worker_group: cand.and_then(|c| c.worker_group.as_deref().map(str::to_string)),
-                workflow_instance_id: cand
-                    .and_then(|c| c.workflow_instance_id)
-                    .or(Some(task.workflow_instance_id)),
-                worker: worker.clone(),
-                processes,
-                started_at,
-                row_state,
-                row_flag: row.map(|r| r.flag),
-                row_host: cand.and_then(|c| c.host.as_deref().map(str::to_string)),
-                newer_attempt: newer,
-                evidence,
-                action,
-                note,
-                disposition,
-                remote_apps: Vec::new(),
-            });
+            ghosts.push(ghost);
         }
     }
     admit_kills(
@@ -501,6 +438,111 @@ pub fn plan_ghosts(
     GhostPlan {
         ghosts,
         memory: kept,
+    }
+}
+
+/// A listed task's track, its reports counted on: each fresh report since
+/// the last one counted that still lists the task is one more.
+fn counted(
+    old: Option<&Track>,
+    history: &VecDeque<ReportMark>,
+    task_id: i64,
+    now: Instant,
+) -> Track {
+    let mut track = old.cloned().unwrap_or(Track {
+        over_since: now,
+        reports: 0,
+        counted_to: now,
+        ordered_at: None,
+    });
+    for mark in history {
+        if mark.received_at > track.counted_to && mark.tasks.binary_search(&task_id).is_ok() {
+            track.reports += 1;
+            track.counted_to = mark.received_at;
+        }
+    }
+    track
+}
+
+/// One listed task judged a ghost: what [`plan_ghosts`] saw of it.
+struct Seen<'a> {
+    worker: &'a String,
+    task: &'a AgentTask,
+    row: Option<&'a GhostRow>,
+    over: Over,
+    track: &'a Track,
+    own: &'a [&'a AgentProcess],
+    excluded: &'a [&'a AgentProcess],
+}
+
+impl Seen<'_> {
+    /// The ghost, with its evidence and the policy's action; a kill while
+    /// an order is outstanding (`ordered`) waits for its answer, reported.
+    fn ghost(&self, policy: &GhostPolicy, ordered: bool) -> Ghost {
+        let (row, own) = (self.row, self.own);
+        let started_at = own
+            .iter()
+            .map(|p| p.started_at)
+            .min()
+            .and_then(chrono::DateTime::from_timestamp_millis);
+        let processes: Vec<OrderPid> = own
+            .iter()
+            .map(|p| OrderPid {
+                pid: p.pid,
+                start_time: p.started_at,
+            })
+            .collect();
+        let cand = row.map(|r| &r.task);
+        let row_state = row.map(|r| {
+            policy
+                .line
+                .state_name(r.task.state)
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("code {}", r.task.state))
+        });
+        let newer = row.and_then(|r| r.newer_attempt.clone());
+        let evidence = GhostEvidence {
+            over: self.over,
+            row_state: row_state.clone(),
+            row_flag: row.map(|r| r.flag),
+            row_host: cand.and_then(|c| c.host.as_deref().map(str::to_string)),
+            row_start_time: cand.and_then(|c| c.start_time),
+            row_end_time: row.and_then(|r| r.end_time),
+            pids: processes.iter().map(|p| p.pid).collect(),
+            started_at,
+            over_since: self.track.over_since,
+            reports_since: self.track.reports,
+            newer_attempt_id: newer.as_ref().map(|n| n.id),
+            newer_attempt_host: newer.as_ref().and_then(|n| n.host.clone()),
+            excluded_pids: self.excluded.iter().map(|p| p.pid).collect(),
+        };
+        let action = policy.decide(cand);
+        let (disposition, note) = match action {
+            GhostAction::Report => (Disposition::Report, None),
+            GhostAction::Kill if ordered => (Disposition::Report, Some(KILL_ORDERED.to_string())),
+            GhostAction::Kill => (Disposition::Act, None),
+        };
+        Ghost {
+            task_id: self.task.task_id,
+            task_name: cand.map(|c| c.name.clone()),
+            task_type: cand.map(|c| c.task_type.to_string()),
+            worker_group: cand.and_then(|c| c.worker_group.as_deref().map(str::to_string)),
+            workflow_instance_id: cand
+                .and_then(|c| c.workflow_instance_id)
+                .or(Some(self.task.workflow_instance_id)),
+            worker: self.worker.clone(),
+            processes,
+            started_at,
+            row_state,
+            row_flag: row.map(|r| r.flag),
+            row_host: cand.and_then(|c| c.host.as_deref().map(str::to_string)),
+            newer_attempt: newer,
+            evidence,
+            action,
+            note,
+            disposition,
+            remote_apps: Vec::new(),
+        }
     }
 }
 
@@ -604,7 +646,7 @@ pub fn ordered(memory: &mut GhostMemory, worker: &str, task_id: i64, at: Instant
 fn own_window(row: Option<&GhostRow>, over_since: Instant, skew: Duration) -> (Option<i64>, i64) {
     let skew = delta(skew);
     let from = row
-        .and_then(|r| r.row.start_time.or(r.row.submit_time))
+        .and_then(|r| r.task.start_time.or(r.task.submit_time))
         .map(|t| (t - skew).timestamp_millis());
     let to = row
         .and_then(|r| {

@@ -119,7 +119,7 @@ pub struct SchemaInfo {
 /// One task row in any state, with its flag (for `reap`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TaskRow {
-    pub row: Candidate,
+    pub task: Candidate,
     pub flag: i32,
 }
 

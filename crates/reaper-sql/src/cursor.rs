@@ -139,14 +139,14 @@ pub(crate) fn classify(
     pending: &mut BTreeSet<i64>,
 ) {
     for r in rows {
-        if r.flag != 1 || DsLine::is_finished_task_state(r.row.state) {
+        if r.flag != 1 || DsLine::is_finished_task_state(r.task.state) {
             continue;
         }
-        if states.contains(&r.row.state) {
-            known.insert(r.row.id);
-            out.push(r.row);
+        if states.contains(&r.task.state) {
+            known.insert(r.task.id);
+            out.push(r.task);
         } else {
-            pending.insert(r.row.id);
+            pending.insert(r.task.id);
         }
     }
 }

@@ -152,14 +152,14 @@ impl Db {
             })?;
             out.undecodable.extend(page.bad.iter().map(|b| b.id));
             for t in page.rows {
-                let (end_time, key) = extra.get(&t.row.id).cloned().unwrap_or((None, None));
+                let (end_time, key) = extra.get(&t.task.id).cloned().unwrap_or((None, None));
                 if t.flag == 0 {
-                    if let (Some(wf), Some(k)) = (t.row.workflow_instance_id, key) {
+                    if let (Some(wf), Some(k)) = (t.task.workflow_instance_id, key) {
                         superseded.push((out.rows.len(), (wf, k)));
                     }
                 }
                 out.rows.push(GhostRow {
-                    row: t.row,
+                    task: t.task,
                     flag: t.flag,
                     end_time,
                     newer_attempt: None,
@@ -178,7 +178,7 @@ impl Db {
         let by_pos: BTreeMap<usize, &(i64, TaskKey)> =
             superseded.iter().map(|(i, p)| (*i, p)).collect();
         for (i, pair) in by_pos {
-            let own = out.rows[i].row.id;
+            let own = out.rows[i].task.id;
             if let Some(n) = found.get(pair).filter(|n| n.id != own) {
                 out.rows[i].newer_attempt = Some(n.clone());
             }

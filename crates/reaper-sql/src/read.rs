@@ -76,11 +76,11 @@ impl Sorted {
         // moved, not copied: classify would only keep their ids as pending
         let (others, rows): (Vec<TaskRow>, Vec<TaskRow>) = page.rows.into_iter().partition(|r| {
             r.flag == 1
-                && !DsLine::is_finished_task_state(r.row.state)
-                && !states.contains(&r.row.state)
+                && !DsLine::is_finished_task_state(r.task.state)
+                && !states.contains(&r.task.state)
         });
-        self.pending.extend(others.iter().map(|r| r.row.id));
-        self.others.extend(others.into_iter().map(|r| r.row));
+        self.pending.extend(others.iter().map(|r| r.task.id));
+        self.others.extend(others.into_iter().map(|r| r.task));
         classify(rows, states, &mut out, &mut self.known, &mut self.pending);
         if !out.is_empty() {
             self.pages.push(out);
@@ -302,7 +302,7 @@ impl Db {
         let Some(mut t) = page.rows.into_iter().next() else {
             return Ok(None);
         };
-        self.fill_children(line, &cat, std::slice::from_mut(&mut t.row))
+        self.fill_children(line, &cat, std::slice::from_mut(&mut t.task))
             .await?;
         Ok(Some(t))
     }
@@ -315,13 +315,13 @@ mod tests {
     fn page(ids: std::ops::Range<i64>, state: i32) -> Page {
         let rows: Vec<TaskRow> = ids
             .map(|id| TaskRow {
-                row: Candidate::new(id, "SHELL", state, Some("w1:1234")),
+                task: Candidate::new(id, "SHELL", state, Some("w1:1234")),
                 flag: 1,
             })
             .collect();
         Page {
             raw: rows.len(),
-            last_id: rows.last().map(|r| r.row.id),
+            last_id: rows.last().map(|r| r.task.id),
             rows,
             bad: Vec::new(),
         }

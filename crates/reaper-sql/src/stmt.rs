@@ -134,7 +134,7 @@ fn decode<D: Dialect>(line: DsLine, zone: Zone, r: &RowOf<D>) -> Result<TaskRow,
     };
     let flag = D::int(r, 11)?;
     Ok(TaskRow {
-        row,
+        task: row,
         flag: flag.unwrap_or(0) as i32,
     })
 }

@@ -121,7 +121,7 @@ impl Db {
             let cat = self.catalog().await?;
             for chunk in ids.chunks(crate::ID_BATCH) {
                 let page = self.reread_tasks(line, &cat, chunk).await?;
-                now.extend(page.rows.into_iter().map(|t| (t.row.id, t)));
+                now.extend(page.rows.into_iter().map(|t| (t.task.id, t)));
             }
             Ok::<_, SqlError>(())
         };
@@ -137,15 +137,15 @@ impl Db {
             let Some(cur) = now.get(&w.seen.id) else {
                 continue;
             };
-            let same_host = cur.flag == 1 && cur.row.host == w.seen.host;
-            if same_host && Some(cur.row.state) == w.action.target_state() {
+            let same_host = cur.flag == 1 && cur.task.host == w.seen.host;
+            if same_host && Some(cur.task.state) == w.action.target_state() {
                 if taken.insert(w.seen.id) {
                     outcomes[i] = WriteOutcome::Applied;
                 }
                 written = true;
             } else if same_host
-                && cur.row.state == w.seen.state
-                && cur.row.submit_time == w.seen.submit_time
+                && cur.task.state == w.seen.state
+                && cur.task.submit_time == w.seen.submit_time
             {
                 unchanged = true;
             }

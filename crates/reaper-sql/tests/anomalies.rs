@@ -60,7 +60,7 @@ async fn rows(kind: SimKind, fixture: &str) {
     sim.insert_task(&retried).await.unwrap();
     // a second live attempt of the running task: same code (2.0+) / name (1.x)
     let mut twin = task(wf, 0);
-    let first = store.task(line, running).await.unwrap().unwrap().row;
+    let first = store.task(line, running).await.unwrap().unwrap().task;
     twin.name = first.name.clone();
     twin.task_code = first.task_code;
     let twin_id = sim.insert_task(&twin).await.unwrap();

@@ -120,7 +120,7 @@ async fn children_and_paths(kind: SimKind, fixture: &str) {
     );
     assert_eq!(inc[&mixed].child_workflow_state, Some(1), "{fixture}");
     assert_eq!(inc[&shell].execute_path.as_deref(), Some(path.as_str()));
-    let one = db.task(line, mixed).await.unwrap().unwrap().row;
+    let one = db.task(line, mixed).await.unwrap().unwrap().task;
     assert_eq!(one.child_workflow_state, Some(1), "{fixture}: by id");
     sim.drop().await.unwrap();
 }
@@ -231,7 +231,12 @@ async fn recover_tolerates_tasks(kind: SimKind, fixture: &str) {
 
     // the task follow-up's recover after fault-tolerance is the same path
     let (wf2, tasks2) = failover_tasks(&sim).await;
-    let t = db.task(line, tasks2["running"]).await.unwrap().unwrap().row;
+    let t = db
+        .task(line, tasks2["running"])
+        .await
+        .unwrap()
+        .unwrap()
+        .task;
     assert_eq!(t.workflow_instance_id, Some(wf2));
     let o = write_then_follow(&db, line, &t, Action::FaultTolerance, FollowUp::Recover).await;
     assert!(

@@ -139,7 +139,7 @@ async fn run(kind: SimKind, fixture: &str) {
 
     // task(): any state, with flag
     let t = db.task(line, flag0).await.unwrap().unwrap();
-    assert_eq!((t.flag, t.row.state), (0, 1));
+    assert_eq!((t.flag, t.task.state), (0, 1));
     assert!(db.task(line, 999_999_999).await.unwrap().is_none());
 
     // writes
@@ -317,7 +317,7 @@ async fn follow_ups(sim: &SimDb, db: &Db, line: DsLine, fixture: &str) {
         .insert_task(&TaskSpec::new(wf, 1, Some("10.0.0.5:1234")))
         .await
         .unwrap();
-    let row2 = db.task(line, t2).await.unwrap().unwrap().row;
+    let row2 = db.task(line, t2).await.unwrap().unwrap().task;
     let o = write_then_follow(db, line, &row2, Action::Fail, FollowUp::Recover).await;
     assert!(
         matches!(o, FollowUpOutcome::Skipped(ref m) if m.contains("already queued")),
@@ -348,7 +348,7 @@ async fn follow_ups(sim: &SimDb, db: &Db, line: DsLine, fixture: &str) {
         .insert_task(&TaskSpec::new(wf, 1, Some("10.0.0.5:1234")))
         .await
         .unwrap();
-    let t = db.task(line, tid).await.unwrap().unwrap().row;
+    let t = db.task(line, tid).await.unwrap().unwrap().task;
     let o = write_then_follow(db, line, &t, Action::FaultTolerance, FollowUp::Recover).await;
     assert!(
         matches!(

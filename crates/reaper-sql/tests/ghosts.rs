@@ -64,24 +64,24 @@ async fn listed_rows(kind: SimKind, fixture: &str) {
         .await
         .unwrap();
     assert!(read.undecodable.is_empty(), "{kind:?} {fixture}");
-    let rows: BTreeMap<i64, _> = read.rows.into_iter().map(|r| (r.row.id, r)).collect();
+    let rows: BTreeMap<i64, _> = read.rows.into_iter().map(|r| (r.task.id, r)).collect();
     assert_eq!(
         rows.keys().copied().collect::<Vec<_>>(),
         [done, old, running],
         "{kind:?} {fixture}: a gone row is absent"
     );
     let d = &rows[&done];
-    assert_eq!((d.row.state, d.flag), (7, 1));
+    assert_eq!((d.task.state, d.flag), (7, 1));
     assert_eq!(
         d.end_time,
         Some(chrono::Utc.from_utc_datetime(&end)),
         "{kind:?} {fixture}"
     );
-    assert_eq!(d.row.host.as_deref(), Some("10.0.0.5:1234"));
-    assert_eq!(d.row.workflow_instance_id, Some(wf));
+    assert_eq!(d.task.host.as_deref(), Some("10.0.0.5:1234"));
+    assert_eq!(d.task.workflow_instance_id, Some(wf));
     assert!(d.newer_attempt.is_none());
     let o = &rows[&old];
-    assert_eq!((o.row.state, o.flag), (8, 0));
+    assert_eq!((o.task.state, o.flag), (8, 0));
     let n = o
         .newer_attempt
         .as_ref()
@@ -91,7 +91,7 @@ async fn listed_rows(kind: SimKind, fixture: &str) {
     assert_eq!(n.host.as_deref(), Some("10.0.0.6:1234"));
     assert!(n.submit_time.is_some());
     let r = &rows[&running];
-    assert_eq!((r.row.state, r.flag, r.end_time.is_none()), (1, 1, true));
+    assert_eq!((r.task.state, r.flag, r.end_time.is_none()), (1, 1, true));
     assert!(r.newer_attempt.is_none());
 
     // more ids than one statement takes: every row, none twice
@@ -99,7 +99,7 @@ async fn listed_rows(kind: SimKind, fixture: &str) {
     let ids: Vec<i64> = (first..=last).collect();
     let read = store.ghost_rows(line, &ids).await.unwrap();
     assert_eq!(read.rows.len(), ids.len(), "{kind:?} {fixture}");
-    let mut got: Vec<i64> = read.rows.iter().map(|r| r.row.id).collect();
+    let mut got: Vec<i64> = read.rows.iter().map(|r| r.task.id).collect();
     got.sort();
     assert_eq!(got, ids);
     assert!(store.ghost_rows(line, &[]).await.unwrap().rows.is_empty());

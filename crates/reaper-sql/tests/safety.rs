@@ -121,7 +121,7 @@ async fn owner_recheck(kind: SimKind, fixture: &str) {
             .insert_task(&TaskSpec::new(wf, 1, Some("10.0.0.5:1234")))
             .await
             .unwrap();
-        let t = db.task(line, tid).await.unwrap().unwrap().row;
+        let t = db.task(line, tid).await.unwrap().unwrap().task;
         write(&db, line, &t, Action::Fail).await;
         let never = |h: &str| panic!("asked about {h}");
         let o = follow(&db, line, &t, Action::Fail, FollowUp::Recover, &never).await;
@@ -160,7 +160,7 @@ async fn fail_guards(kind: SimKind, fixture: &str) {
             .insert_task(&TaskSpec::new(wf, 1, Some("10.0.0.5:1234")))
             .await
             .unwrap();
-        let t = db.task(line, tid).await.unwrap().unwrap().row;
+        let t = db.task(line, tid).await.unwrap().unwrap().task;
         let o = write_then_follow(&db, line, &t, Action::Fail, FollowUp::Fail).await;
         assert!(skipped_with(&o, "failover state 18"), "{fixture}: {o:?}");
         assert_eq!(

@@ -76,7 +76,7 @@ async fn port(kind: SimKind, fixture: &str) {
 
     // one task by id, any state
     let t = store.task(line, pending).await.unwrap().unwrap();
-    assert_eq!((t.row.state, t.flag), (0, 1));
+    assert_eq!((t.task.state, t.flag), (0, 1));
     assert!(store.task(line, 999_999_999).await.unwrap().is_none());
 
     // conditional writes: `a` changed host after the read

@@ -87,17 +87,17 @@ impl MemStore {
     }
 
     pub fn insert(&self, c: Candidate) {
-        lock(&self.rows).insert(c.id, TaskRow { row: c, flag: 1 });
+        lock(&self.rows).insert(c.id, TaskRow { task: c, flag: 1 });
     }
 
     pub fn state(&self, id: i64) -> Option<i32> {
-        lock(&self.rows).get(&id).map(|r| r.row.state)
+        lock(&self.rows).get(&id).map(|r| r.task.state)
     }
 
     /// Changes a row behind the engine's back (DS finishing the task).
     pub fn set_state(&self, id: i64, state: i32) {
         if let Some(r) = lock(&self.rows).get_mut(&id) {
-            r.row.state = state;
+            r.task.state = state;
         }
     }
 
@@ -142,8 +142,8 @@ impl MemStore {
     fn live(&self, states: &[i32]) -> Vec<Candidate> {
         lock(&self.rows)
             .values()
-            .filter(|r| r.flag == 1 && states.contains(&r.row.state))
-            .map(|r| r.row.clone())
+            .filter(|r| r.flag == 1 && states.contains(&r.task.state))
+            .map(|r| r.task.clone())
             .collect()
     }
 }
@@ -194,8 +194,8 @@ impl TaskStore for MemStore {
         Box::pin(async move {
             let others = lock(&self.rows)
                 .values()
-                .filter(|r| r.flag == 1 && !DsLine::is_finished_task_state(r.row.state))
-                .map(|r| r.row.clone())
+                .filter(|r| r.flag == 1 && !DsLine::is_finished_task_state(r.task.state))
+                .map(|r| r.task.clone())
                 .collect();
             Ok(reaper_core::anomaly::AnomalyRows {
                 others,
@@ -228,16 +228,16 @@ impl TaskStore for MemStore {
                 .map(|w| {
                     let unchanged = rows.get(&w.seen.id).is_some_and(|r| {
                         r.flag == 1
-                            && r.row.state == w.seen.state
-                            && r.row.host == w.seen.host
-                            && r.row.submit_time == w.seen.submit_time
+                            && r.task.state == w.seen.state
+                            && r.task.host == w.seen.host
+                            && r.task.submit_time == w.seen.submit_time
                     });
                     if !unchanged || lose.remove(&w.seen.id) {
                         return WriteOutcome::LostRace;
                     }
                     let target = w.action.target_state().unwrap_or(w.seen.state);
                     if let Some(r) = rows.get_mut(&w.seen.id) {
-                        r.row.state = target;
+                        r.task.state = target;
                     }
                     WriteOutcome::Applied
                 })
@@ -307,9 +307,9 @@ impl TaskStore for MemStore {
                     .iter()
                     .filter_map(|id| rows.get(id))
                     .map(|r| reaper_core::ghost::GhostRow {
-                        row: r.row.clone(),
+                        task: r.task.clone(),
                         flag: r.flag,
-                        end_time: ends.get(&r.row.id).copied(),
+                        end_time: ends.get(&r.task.id).copied(),
                         newer_attempt: None,
                     })
                     .collect(),

@@ -86,7 +86,7 @@ fn row(id: i64, state: i32, flag: i32, host: &str, end: Option<i64>) -> GhostRow
     c.worker_group = Some("default".into());
     c.project_code = Some(7);
     GhostRow {
-        row: c,
+        task: c,
         flag,
         end_time: end.map(t),
         newer_attempt: None,
@@ -119,14 +119,16 @@ impl Sweeper {
         let read = listed_ids(v, t(now), STALE);
         let rows: BTreeMap<i64, GhostRow> = rows
             .iter()
-            .filter(|r| read.contains(&r.row.id))
-            .map(|r| (r.row.id, r.clone()))
+            .filter(|r| read.contains(&r.task.id))
+            .map(|r| (r.task.id, r.clone()))
             .collect();
         let pl = plan_ghosts(
             v,
-            &read,
-            &rows,
-            &self.outstanding,
+            &ListedRead {
+                read: &read,
+                rows: &rows,
+                outstanding: &self.outstanding,
+            },
             &self.memory,
             t(now),
             &self.p,
@@ -287,7 +289,7 @@ fn live_rows_on_this_worker_are_never_ghosts() {
         let mut s = Sweeper::new();
         s.p.action = GhostAction::Kill;
         let out = run(&mut s, &mut v, std::slice::from_ref(&r), &tasks, 20, 300);
-        assert!(out.iter().all(|(_, g)| g.is_empty()), "{:?}", r.row.host);
+        assert!(out.iter().all(|(_, g)| g.is_empty()), "{:?}", r.task.host);
     }
     // the row names this worker by its heartbeat address (3.3)
     let mut v = view();
@@ -489,11 +491,11 @@ fn rules_pick_the_action_by_task_type_group_and_project() {
         },
     ];
     let r = row(1, 7, 1, W1, Some(30));
-    assert_eq!(p.decide(Some(&r.row)), GhostAction::Kill);
-    let mut py = r.row.clone();
+    assert_eq!(p.decide(Some(&r.task)), GhostAction::Kill);
+    let mut py = r.task.clone();
     py.task_type = "PYTHON".into();
     assert_eq!(p.decide(Some(&py)), GhostAction::Report);
-    let mut other = r.row.clone();
+    let mut other = r.task.clone();
     other.project_code = Some(8);
     assert_eq!(p.decide(Some(&other)), GhostAction::Report);
     // a vanished row matches only rules that name none of its fields
@@ -512,9 +514,11 @@ fn an_id_not_read_is_never_taken_for_a_vanished_row() {
         send(&mut v, at, &tasks);
         let pl = plan_ghosts(
             &v,
-            &BTreeSet::new(),
-            &BTreeMap::new(),
-            &BTreeSet::new(),
+            &ListedRead {
+                read: &BTreeSet::new(),
+                rows: &BTreeMap::new(),
+                outstanding: &BTreeSet::new(),
+            },
             &memory,
             t(at + 1),
             &p,
@@ -545,9 +549,11 @@ fn check_judges_in_one_look_from_the_rows_end() {
     let read: BTreeSet<i64> = [1, 2].into();
     let pl = plan_ghosts(
         &v,
-        &read,
-        &rows,
-        &BTreeSet::new(),
+        &ListedRead {
+            read: &read,
+            rows: &rows,
+            outstanding: &BTreeSet::new(),
+        },
         &memory,
         t(121),
         &p,
@@ -560,9 +566,11 @@ fn check_judges_in_one_look_from_the_rows_end() {
     let memory = check_memory(&v, &rows, t(90), &p);
     let pl = plan_ghosts(
         &v,
-        &read,
-        &rows,
-        &BTreeSet::new(),
+        &ListedRead {
+            read: &read,
+            rows: &rows,
+            outstanding: &BTreeSet::new(),
+        },
         &memory,
         t(90),
         &p,

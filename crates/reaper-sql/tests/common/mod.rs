@@ -68,7 +68,7 @@ pub async fn one_task_workflow(
             .await
             .unwrap();
     }
-    let row = db.task(line, t).await.unwrap().unwrap().row;
+    let row = db.task(line, t).await.unwrap().unwrap().task;
     (wf, row)
 }
 

@@ -4,7 +4,7 @@
 
 use super::{Engine, Gate};
 use crate::audit::{AuditEvent, Record, RecordKind, TAIL};
-use reaper_core::ports::{FollowUpOutcome, FollowUpRequest, TaskWrite, WriteOutcome};
+use reaper_core::ports::{FollowUpOutcome, FollowUpRequest, PortError, TaskWrite, WriteOutcome};
 use reaper_core::{Action, DsLine, FollowUp, Instant, NodeKind, Zombie};
 use std::collections::BTreeMap;
 
@@ -100,24 +100,70 @@ impl Engine {
         }
         self.gate_open(&gate).map_err(NotWritten::Gate)?;
         let now = self.now();
-        let build_intents = || -> Vec<Record> {
-            items
-                .iter()
-                .map(|it| {
-                    let mut r = self.base_record(AuditEvent::Intent, actor, it.zombie, line, now);
-                    if it.forced {
-                        r.reason = Some("forced".into());
-                    }
-                    r.to_state = it
-                        .zombie
-                        .action
-                        .target_state()
-                        .and_then(|c| line.state_name(c))
-                        .map(str::to_string);
-                    r
-                })
-                .collect()
+        let intents = self.intents(items, line, actor, now);
+        let (outcomes, appended) = self.write_behind_audit(items, line, now, intents).await;
+        let intents = match appended {
+            Ok(intents) => intents,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot write audit intents; not writing");
+                for it in items {
+                    self.count(it.zombie.action, ActionResult::Error);
+                }
+                return Err(NotWritten::Audit(format!(
+                    "cannot write the audit trail, not writing: {e}"
+                )));
+            }
         };
+        let done = match outcomes {
+            Err(e) => self.batch_failed(items, intents, &e),
+            Ok(outcomes) => {
+                self.outcomes(items, intents, outcomes, line, now, &gate)
+                    .await
+            }
+        };
+        let records: Vec<Record> = done.iter().map(|(_, r)| r.clone()).collect();
+        if let Err(e) = self.audit.append_blocking(records).await {
+            tracing::error!(error = %e, "cannot write audit outcomes");
+        }
+        // One line per batch: the audit trail has every task.
+        tracing::warn!(
+            applied = done.iter().filter(|(r, _)| *r == ActionResult::Ok).count(),
+            attempted = items.len(),
+            task_ids = ?items.iter().take(20).map(|it| it.zombie.task.id).collect::<Vec<_>>(),
+            "zombies reaped"
+        );
+        Ok(done)
+    }
+
+    /// The batch's intent records, one per item.
+    fn intents(&self, items: &[Item<'_>], line: DsLine, actor: &str, now: Instant) -> Vec<Record> {
+        items
+            .iter()
+            .map(|it| {
+                let mut r = self.base_record(AuditEvent::Intent, actor, it.zombie, line, now);
+                if it.forced {
+                    r.reason = Some("forced".into());
+                }
+                r.to_state = it
+                    .zombie
+                    .action
+                    .target_state()
+                    .and_then(|c| line.state_name(c))
+                    .map(str::to_string);
+                r
+            })
+            .collect()
+    }
+
+    /// The batch's conditional write, made only once `intents` are on disk
+    /// (SPEC §4.7); returns the store's outcomes and the appended intents.
+    async fn write_behind_audit(
+        &self,
+        items: &[Item<'_>],
+        line: DsLine,
+        now: Instant,
+        intents: Vec<Record>,
+    ) -> (Result<Vec<WriteOutcome>, PortError>, Appended) {
         let writes: Vec<TaskWrite> = items
             .iter()
             .map(|it| TaskWrite {
@@ -126,14 +172,13 @@ impl Engine {
                 now,
             })
             .collect();
-        // SPEC §4.7: the store changes no row before the intents are on disk.
         // The append starts now, on a task of its own, so that what comes
         // before the store's first change (a connection, a transaction,
         // MySQL's locking read) overlaps the audit's fsync; the store waits
-        // for it through `before_write`.
+        // for it through `before_write` and changes no row before it is done.
         let (tx, mut rx) = tokio::sync::watch::channel(None::<Result<(), String>>);
         let appending = {
-            let (audit, intents) = (self.audit.clone(), build_intents());
+            let audit = self.audit.clone();
             tokio::spawn(async move {
                 let r = audit
                     .append_returning(intents)
@@ -155,69 +200,66 @@ impl Engine {
             .await;
         // Whatever the store did, the intents end on file (or failed to)
         // before any outcome is recorded.
-        let appended: Appended = match appending.await {
+        let appended = match appending.await {
             Ok(r) => r,
             Err(e) => Err(format!("the audit append failed: {e}")),
         };
-        let intents = match appended {
-            Ok(intents) => intents,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot write audit intents; not writing");
-                for it in items {
-                    self.count(it.zombie.action, ActionResult::Error);
-                }
-                return Err(NotWritten::Audit(format!(
-                    "cannot write the audit trail, not writing: {e}"
-                )));
-            }
-        };
+        (outcomes, appended)
+    }
+
+    /// Every item of a batch whose write failed as a whole: an error each.
+    fn batch_failed(
+        &self,
+        items: &[Item<'_>],
+        intents: Vec<Record>,
+        e: &PortError,
+    ) -> Vec<(ActionResult, Record)> {
+        self.db_failed(e);
+        tracing::error!(error = %e, "task writes failed");
+        items
+            .iter()
+            .zip(intents)
+            .map(|(it, mut r)| {
+                self.count(it.zombie.action, ActionResult::Error);
+                r.event = AuditEvent::Error;
+                r.ts = self.now();
+                r.detail = Some(e.to_string());
+                (ActionResult::Error, r)
+            })
+            .collect()
+    }
+
+    /// Each item's outcome record; an applied write's follow-ups first.
+    async fn outcomes(
+        &self,
+        items: &[Item<'_>],
+        intents: Vec<Record>,
+        outcomes: Vec<WriteOutcome>,
+        line: DsLine,
+        now: Instant,
+        gate: &Gate,
+    ) -> Vec<(ActionResult, Record)> {
         let mut done = Vec::with_capacity(items.len());
-        match outcomes {
-            Err(e) => {
-                self.db_failed(&e);
-                tracing::error!(error = %e, "task writes failed");
-                for (it, mut r) in items.iter().zip(intents) {
-                    self.count(it.zombie.action, ActionResult::Error);
-                    r.event = AuditEvent::Error;
-                    r.ts = self.now();
-                    r.detail = Some(e.to_string());
-                    done.push((ActionResult::Error, r));
+        for ((it, mut r), outcome) in items.iter().zip(intents).zip(outcomes) {
+            let z = it.zombie;
+            let result = match outcome {
+                WriteOutcome::LostRace => {
+                    tracing::info!(task_id = z.task.id, "lost race: {LOST_RACE}");
+                    r.detail = Some(LOST_RACE.into());
+                    ActionResult::LostRace
                 }
-            }
-            Ok(outcomes) => {
-                for ((it, mut r), outcome) in items.iter().zip(intents).zip(outcomes) {
-                    let z = it.zombie;
-                    let result = match outcome {
-                        WriteOutcome::LostRace => {
-                            tracing::info!(task_id = z.task.id, "lost race: {LOST_RACE}");
-                            r.detail = Some(LOST_RACE.into());
-                            ActionResult::LostRace
-                        }
-                        WriteOutcome::Applied => {
-                            tracing::debug!(task_id = z.task.id, action = %z.action, reason = %z.reason, "zombie reaped");
-                            r.detail = self.after_write(z, line, now, &gate).await;
-                            ActionResult::Ok
-                        }
-                    };
-                    self.count(z.action, result);
-                    r.event = result.event();
-                    r.ts = self.now();
-                    done.push((result, r));
+                WriteOutcome::Applied => {
+                    tracing::debug!(task_id = z.task.id, action = %z.action, reason = %z.reason, "zombie reaped");
+                    r.detail = self.after_write(z, line, now, gate).await;
+                    ActionResult::Ok
                 }
-            }
+            };
+            self.count(z.action, result);
+            r.event = result.event();
+            r.ts = self.now();
+            done.push((result, r));
         }
-        let records: Vec<Record> = done.iter().map(|(_, r)| r.clone()).collect();
-        if let Err(e) = self.audit.append_blocking(records).await {
-            tracing::error!(error = %e, "cannot write audit outcomes");
-        }
-        // One line per batch: the audit trail has every task.
-        tracing::warn!(
-            applied = done.iter().filter(|(r, _)| *r == ActionResult::Ok).count(),
-            attempted = items.len(),
-            task_ids = ?items.iter().take(20).map(|it| it.zombie.task.id).collect::<Vec<_>>(),
-            "zombies reaped"
-        );
-        Ok(done)
+        done
     }
 
     /// Follow-ups after an applied write: the workflow, and 1.2's task queue.

@@ -9,7 +9,7 @@
 use super::sweep::Judged;
 use super::{Engine, Error, SweepState};
 use crate::audit::{AuditEvent, Record, RecordKind};
-use reaper_core::ghost::{self, Ghost, GhostMemory, GhostRow};
+use reaper_core::ghost::{self, Ghost, GhostMemory, GhostRow, ListedRead};
 use reaper_core::order::{KillOrder, OrderOutcome};
 use reaper_core::ports::PortErrorKind;
 use reaper_core::{Budget, Disposition, DsLine, Instant, RegistryView};
@@ -62,20 +62,7 @@ impl Engine {
         let ids: Vec<i64> = ghost::listed_ids(&view, self.now(), stale_after)
             .into_iter()
             .collect();
-        let no_agents = view.agents.is_empty();
-        // Without agents there are neither ghosts nor answers: no registry
-        // call at all for clusters that run none.
-        let orders = match no_agents {
-            true => Ok(Vec::new()),
-            false => self.registry.orders().await,
-        };
-        let orders = match orders {
-            Ok(o) => Some(o),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read the kill orders; none is written in this sweep");
-                None
-            }
-        };
+        let orders = self.read_orders(view.agents.is_empty()).await;
         if ids.is_empty() {
             drop(view);
             return Some(Listed {
@@ -84,43 +71,7 @@ impl Engine {
                 orders,
             });
         }
-        // Which worker's agent lists each task (the first, should two).
-        let now = self.now();
-        let mut lister: HashMap<i64, &str> = HashMap::new();
-        for (w, a) in view
-            .agents
-            .iter()
-            .filter(|(_, a)| a.fresh(now, stale_after))
-        {
-            for t in a.report.iter().flat_map(|r| &r.tasks) {
-                lister.entry(t.task_id).or_insert(w.as_str());
-            }
-        }
-        let mut rows: BTreeMap<i64, GhostRow> = BTreeMap::new();
-        for c in candidates {
-            let Some(worker) = lister.get(&c.id) else {
-                continue;
-            };
-            // A live row on the lister's own worker is all the judgement
-            // needs of it (no ghost): its state and host, not a full copy
-            // held through the rest of the sweep.
-            let slim = reaper_core::Candidate {
-                id: c.id,
-                state: c.state,
-                host: c.host.clone(),
-                ..Default::default()
-            };
-            let mut row = GhostRow {
-                row: slim,
-                flag: 1,
-                end_time: None,
-                newer_attempt: None,
-            };
-            if ghost::over(&view, worker, Some(&row)).is_some() {
-                row.row = c.clone();
-            }
-            rows.insert(c.id, row);
-        }
+        let mut rows = rows_among_candidates(&view, candidates, self.now(), stale_after);
         drop(view);
         let rest: Vec<i64> = ids
             .iter()
@@ -136,7 +87,7 @@ impl Engine {
             Ok(found) => {
                 self.read_ok(GHOST_READ);
                 let bad: BTreeSet<i64> = found.undecodable.into_iter().collect();
-                rows.extend(found.rows.into_iter().map(|r| (r.row.id, r)));
+                rows.extend(found.rows.into_iter().map(|r| (r.task.id, r)));
                 Some(Listed {
                     read: ids.into_iter().filter(|i| !bad.contains(i)).collect(),
                     rows,
@@ -150,6 +101,22 @@ impl Engine {
             Err(e) => {
                 self.db_failed(&e);
                 tracing::warn!(error = %e, "cannot read the listed tasks; no ghost is judged in this sweep");
+                None
+            }
+        }
+    }
+
+    /// The kill orders in the registry; None when they cannot be read.
+    async fn read_orders(&self, no_agents: bool) -> Option<Vec<(String, KillOrder)>> {
+        // Without agents there are neither ghosts nor answers: no registry
+        // call at all for clusters that run none.
+        if no_agents {
+            return Some(Vec::new());
+        }
+        match self.registry.orders().await {
+            Ok(o) => Some(o),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the kill orders; none is written in this sweep");
                 None
             }
         }
@@ -174,9 +141,11 @@ impl Engine {
         let outstanding = outstanding(&listed);
         let mut ghosts = ghost::plan_ghosts(
             &view,
-            &listed.read,
-            &listed.rows,
-            &outstanding,
+            &ListedRead {
+                read: &listed.read,
+                rows: &listed.rows,
+                outstanding: &outstanding,
+            },
             &memory,
             now,
             &policy,
@@ -234,9 +203,11 @@ impl Engine {
         let policy = self.settings.ghost_policy(line);
         let plan = ghost::plan_ghosts(
             view,
-            &listed.read,
-            &listed.rows,
-            &outstanding,
+            &ListedRead {
+                read: &listed.read,
+                rows: &listed.rows,
+                outstanding: &outstanding,
+            },
             &st.ghosts.memory,
             now,
             &policy,
@@ -478,4 +449,52 @@ fn order_id(worker: &str, task_id: i64, now: Instant) -> String {
         worker.replace(['/', ' '], "_"),
         now.timestamp_millis()
     )
+}
+
+/// The listed tasks found among the sweep's candidates (live `flag = 1` rows
+/// read moments ago), by id: most listed tasks are running ones, so only the
+/// others cost a read.
+fn rows_among_candidates(
+    view: &RegistryView,
+    candidates: &[reaper_core::Candidate],
+    now: Instant,
+    stale_after: std::time::Duration,
+) -> BTreeMap<i64, GhostRow> {
+    // Which worker's agent lists each task (the first, should two).
+    let mut lister: HashMap<i64, &str> = HashMap::new();
+    for (w, a) in view
+        .agents
+        .iter()
+        .filter(|(_, a)| a.fresh(now, stale_after))
+    {
+        for t in a.report.iter().flat_map(|r| &r.tasks) {
+            lister.entry(t.task_id).or_insert(w.as_str());
+        }
+    }
+    let mut rows = BTreeMap::new();
+    for c in candidates {
+        let Some(worker) = lister.get(&c.id) else {
+            continue;
+        };
+        // A live row on the lister's own worker is all the judgement needs
+        // of it (no ghost): its state and host, not a full copy held through
+        // the rest of the sweep.
+        let slim = reaper_core::Candidate {
+            id: c.id,
+            state: c.state,
+            host: c.host.clone(),
+            ..Default::default()
+        };
+        let mut row = GhostRow {
+            task: slim,
+            flag: 1,
+            end_time: None,
+            newer_attempt: None,
+        };
+        if ghost::over(view, worker, Some(&row)).is_some() {
+            row.task = c.clone();
+        }
+        rows.insert(c.id, row);
+    }
+    rows
 }

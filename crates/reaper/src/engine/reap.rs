@@ -6,7 +6,7 @@ use super::{ActionResult, Engine, Gate};
 use crate::audit::Record;
 use reaper_core::plan::{owner_master, recover_skipped_note};
 use reaper_core::{
-    plan, Action, Candidate, Disposition, DsLine, FollowUp, Instant, Reason, RegistryView,
+    plan, Action, Candidate, Disposition, DsLine, FollowUp, Instant, Policy, Reason, RegistryView,
     SafetyState, UnseenAbsence, Zombie,
 };
 
@@ -93,37 +93,22 @@ impl Engine {
             ));
         };
         // Safety rule 8 holds even with --force.
-        if row.flag != 1 || DsLine::is_finished_task_state(row.row.state) {
+        if row.flag != 1 || DsLine::is_finished_task_state(row.task.state) {
             return Err(ReapError::Refused(format!(
                 "task {} is not a current live row (state {}, flag {}); finished rows are never touched",
                 req.task_id,
-                line.state_name(row.row.state).unwrap_or("UNKNOWN"),
+                line.state_name(row.task.state).unwrap_or("UNKNOWN"),
                 row.flag
             )));
         }
-        let action = req.action.unwrap_or(Action::Fail);
-        let Some(target) = action.target_state() else {
-            return Err(ReapError::Refused("report is not a write".into()));
-        };
-        if !line.can_write(target) {
-            return Err(ReapError::Refused(format!(
-                "{action} writes a state DS {line} does not have"
-            )));
-        }
+        let action = writable_action(req, line)?;
         let workflow = req.workflow.unwrap_or(FollowUp::None);
-        let mut policy = self.settings.policy(line);
-        policy.unseen_absence = UnseenAbsence::Unknown;
-        policy.startup_settle = std::time::Duration::ZERO;
-        policy.rules.clear();
-        for r in Reason::ALL {
-            policy.set_default_action(r, action);
-        }
-        policy.workflow = workflow;
+        let policy = self.reap_policy(line, action, workflow);
         let (states, _) = self.settings.live_states(line);
-        let judged = if states.contains(&row.row.state) {
+        let judged = if states.contains(&row.task.state) {
             plan(
                 &view,
-                std::slice::from_ref(&row.row),
+                std::slice::from_ref(&row.task),
                 self.now(),
                 &policy,
                 &SafetyState::default(),
@@ -137,15 +122,15 @@ impl Engine {
         let (zombie, forced) = match judged {
             Some(z) => (z, false),
             None if req.force => (
-                forced_zombie(&view, row.row.clone(), line, action, workflow),
+                forced_zombie(&view, row.task.clone(), line, action, workflow),
                 true,
             ),
             None => {
                 return Err(ReapError::Refused(format!(
                     "task {} is not a zombie as check judges it (host {}, state {}); use force to override",
                     req.task_id,
-                    crate::views::host_words(row.row.host.as_deref()),
-                    line.state_name(row.row.state).unwrap_or("UNKNOWN")
+                    crate::views::host_words(row.task.host.as_deref()),
+                    line.state_name(row.task.state).unwrap_or("UNKNOWN")
                 )))
             }
         };
@@ -156,6 +141,21 @@ impl Engine {
             actor: req.actor.clone(),
             valid_since,
         })
+    }
+
+    /// The policy an asked-for reap is judged by: every reason takes the
+    /// asked action, no rule applies, an unseen absence proves nothing and
+    /// there is no start-up settle (the operator asks about one row, now).
+    fn reap_policy(&self, line: DsLine, action: Action, workflow: FollowUp) -> Policy {
+        let mut policy = self.settings.policy(line);
+        policy.unseen_absence = UnseenAbsence::Unknown;
+        policy.startup_settle = std::time::Duration::ZERO;
+        policy.rules.clear();
+        for r in Reason::ALL {
+            policy.set_default_action(r, action);
+        }
+        policy.workflow = workflow;
+        policy
     }
 
     /// Writes a prepared reap through the act pipeline.
@@ -251,4 +251,19 @@ fn forced_zombie(
         note: Some(note),
         disposition: Disposition::Act,
     }
+}
+
+/// The asked action (`fail` unless named), refused when it writes nothing or
+/// writes a state the DS line does not have.
+fn writable_action(req: &ReapRequest, line: DsLine) -> Result<Action, ReapError> {
+    let action = req.action.unwrap_or(Action::Fail);
+    let Some(target) = action.target_state() else {
+        return Err(ReapError::Refused("report is not a write".into()));
+    };
+    if !line.can_write(target) {
+        return Err(ReapError::Refused(format!(
+            "{action} writes a state DS {line} does not have"
+        )));
+    }
+    Ok(action)
 }

@@ -6,11 +6,12 @@
 
 use super::{Engine, Gate};
 use crate::audit::{AuditEvent, RecordKind};
-use crate::yarn::Learned;
+use crate::yarn::{KnownApps, Learned};
 use reaper_core::ghost::Ghost;
 use reaper_core::remote::{apply, decide, is_app_id, AppPhase, RemoteApp, RemoteDecision};
 use reaper_core::{Disposition, DsLine, RegistryView, Zombie};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 /// The `state` labels of `ds_reaper_remote_apps`: the RM's states in lower
 /// case, and `unknown` for an application the RM could not tell about.
@@ -71,34 +72,8 @@ impl Engine {
         let (Some(rm), Some(known)) = (&self.rm, &self.known_apps) else {
             return answers;
         };
-        let now = self.now();
-        let mut found = Vec::new();
-        for (worker, seen) in &view.agents {
-            let Some(r) = &seen.report else { continue };
-            for t in &r.tasks {
-                for id in t.app_ids.iter().filter(|id| is_app_id(id)) {
-                    found.push(Learned {
-                        task_id: t.task_id,
-                        app_id: id.clone(),
-                        host: worker.clone(),
-                        learned_at: now,
-                    });
-                }
-            }
-        }
+        self.learn_app_ids(known, view).await;
         let mut reported = reported_ids(view);
-        let new = known.unknown(found);
-        if !new.is_empty() {
-            let k = known.clone();
-            let count = new.len();
-            match tokio::task::spawn_blocking(move || k.learn(&new)).await {
-                Ok(Ok(())) => tracing::info!(count, "remote application ids learned"),
-                Ok(Err(e)) => {
-                    tracing::error!(error = %e, path = %known.path().display(), "cannot keep remote application ids")
-                }
-                Err(e) => tracing::error!(error = %e, "keeping remote application ids failed"),
-            }
-        }
 
         let kill_policy = self.settings.policy.kill_remote_apps;
         for z in zombies.iter_mut() {
@@ -133,6 +108,40 @@ impl Engine {
             apply(z, apps, &decision);
         }
         answers
+    }
+
+    /// Keeps every application id the agents report (SPEC §17: an id is
+    /// remembered past its task's process, so a zombie's applications are
+    /// known after its worker is gone).
+    async fn learn_app_ids(&self, known: &Arc<KnownApps>, view: &RegistryView) {
+        let now = self.now();
+        let mut found = Vec::new();
+        for (worker, seen) in &view.agents {
+            let Some(r) = &seen.report else { continue };
+            for t in &r.tasks {
+                for id in t.app_ids.iter().filter(|id| is_app_id(id)) {
+                    found.push(Learned {
+                        task_id: t.task_id,
+                        app_id: id.clone(),
+                        host: worker.clone(),
+                        learned_at: now,
+                    });
+                }
+            }
+        }
+        let new = known.unknown(found);
+        if new.is_empty() {
+            return;
+        }
+        let k = known.clone();
+        let count = new.len();
+        match tokio::task::spawn_blocking(move || k.learn(&new)).await {
+            Ok(Ok(())) => tracing::info!(count, "remote application ids learned"),
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, path = %known.path().display(), "cannot keep remote application ids")
+            }
+            Err(e) => tracing::error!(error = %e, "keeping remote application ids failed"),
+        }
     }
 
     /// Makes this engine (the daemon's) the one that compacts

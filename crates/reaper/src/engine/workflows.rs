@@ -175,12 +175,7 @@ impl Engine {
         if forced {
             intent.reason = Some("forced".into());
         }
-        let count = |result: ActionResult| {
-            self.metrics
-                .workflow_actions_total
-                .with_label_values(&["recover", result.as_str()])
-                .inc();
-        };
+        let count = |result: ActionResult| self.count_recovery(result);
         if let Err(e) = self.audit.append_blocking(vec![intent.clone()]).await {
             count(ActionResult::Error);
             return Err(ReapError::Unavailable(format!(
@@ -198,7 +193,29 @@ impl Engine {
             .await;
         let mut rec = intent;
         rec.ts = self.now();
-        let result = match outcome {
+        let result = self.recovered(&mut rec, outcome);
+        if let Err(e) = self.audit.append_blocking(vec![rec]).await {
+            tracing::error!(error = %e, "cannot write audit outcome");
+        }
+        result
+    }
+
+    fn count_recovery(&self, result: ActionResult) {
+        self.metrics
+            .workflow_actions_total
+            .with_label_values(&["recover", result.as_str()])
+            .inc();
+    }
+
+    /// The outcome record (`rec`, the intent's copy) and the result of one
+    /// recovery write, counted in `workflow_actions_total`.
+    fn recovered(
+        &self,
+        rec: &mut Record,
+        outcome: Result<WorkflowOutcome, reaper_core::ports::PortError>,
+    ) -> Result<Record, ReapError> {
+        let count = |result: ActionResult| self.count_recovery(result);
+        match outcome {
             Ok(WorkflowOutcome::Done {
                 workflow_state,
                 command_type,
@@ -236,11 +253,7 @@ impl Engine {
                 rec.detail = Some(e.to_string());
                 Err(ReapError::Unavailable(e.to_string()))
             }
-        };
-        if let Err(e) = self.audit.append_blocking(vec![rec]).await {
-            tracing::error!(error = %e, "cannot write audit outcome");
         }
-        result
     }
 
     /// `reap --workflow-instance N`: refuses unless the workflow is a
