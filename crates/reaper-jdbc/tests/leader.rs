@@ -102,8 +102,8 @@ async fn exactly_one_leads_and_the_other_takes_over_when_its_lock_connection_is_
         );
         let overlap = Overlap::watch(a.clone(), b.clone());
         wait_until("a leader", WAIT, || leading(&a, &b) == 1).await;
-        // and it stays that way
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        reaper_test_support::hold("one leader, and it stays that way", Duration::from_secs(2))
+            .await;
         assert_eq!(leading(&a, &b), 1, "{kind:?}");
         let (leader, standby) = if a.is_leader() { (&a, &b) } else { (&b, &a) };
         let leader_name = if a.is_leader() {
@@ -155,7 +155,7 @@ async fn exactly_one_leads_and_the_other_takes_over_when_its_lock_connection_is_
             leader.leader_id().as_deref() == Some(standby_name)
         })
         .await;
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        reaper_test_support::hold("still one leader", Duration::from_secs(1)).await;
         assert_eq!(leading(&a, &b), 1, "{kind:?}");
         overlap.check(&format!("{kind:?}"));
         eprintln!(
@@ -189,7 +189,7 @@ async fn a_closed_leader_hands_over() {
             JdbcLeader::start(&s, opts("replica-b", &run), CancellationToken::new()).unwrap(),
         );
         let overlap = Overlap::watch(a.clone(), b.clone());
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        reaper_test_support::hold("b stays a standby", Duration::from_secs(1)).await;
         assert!(a.is_leader() && !b.is_leader(), "{kind:?}");
         let t0 = Instant::now();
         a.close().await;
@@ -231,7 +231,7 @@ async fn a_leader_cut_off_by_the_network_resigns_within_the_ping_timeout() {
             .unwrap(),
         );
         let overlap = Overlap::watch(a.clone(), b.clone());
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        reaper_test_support::hold("b settles as a standby", Duration::from_millis(500)).await;
         // nothing answers any more; the server still holds a's session and lock
         proxy.pause();
         let t0 = Instant::now();

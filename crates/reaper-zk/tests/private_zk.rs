@@ -135,7 +135,11 @@ async fn expired_session_invalidates_until_relisted() {
         !v.is_valid()
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    reaper_test_support::hold(
+        "the server stays frozen past the adapter's session timeout",
+        Duration::from_secs(8),
+    )
+    .await;
     zk.resume().unwrap();
     let v2 = wait_view(&reg, "valid after a new session listed", |v| {
         v.is_valid() && v.valid_since().is_some_and(|s| s > since1)
@@ -307,7 +311,7 @@ async fn leadership_is_dropped_on_disconnect() {
     .await;
     zk.resume().unwrap();
     wait_until("a leader again", || a.is_leader() || b.is_leader()).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    reaper_test_support::hold("only one leader, and it stays so", Duration::from_secs(1)).await;
     assert!(
         a.is_leader() ^ b.is_leader(),
         "a={} b={}",
@@ -430,7 +434,11 @@ async fn a_loss_before_any_gap_counts_from_the_listing_after_it() {
             wait_view(reg, &format!("{gap}: invalid"), |v| !v.is_valid()).await;
         }
         // long enough for `fresh` to give its session up, far from `same`'s
-        tokio::time::sleep(Duration::from_secs(5)).await;
+        reaper_test_support::hold(
+            "ZooKeeper stays down long enough for `fresh` to give its session up",
+            Duration::from_secs(5),
+        )
+        .await;
         zk.start_again().await.unwrap();
         for (reg, lost) in [&same, &fresh].into_iter().zip(lost_before.iter_mut()) {
             let v = valid_after(reg, &format!("{gap}: valid again"), before).await;

@@ -190,7 +190,7 @@ async fn sigterm_during_a_sweep_exits_zero() -> anyhow::Result<()> {
             .await
             .map(|r| r.status().as_u16())
     });
-    tokio::time::sleep(one / 3).await;
+    hold("the requested sweep is under way", one / 3).await;
     let t1 = std::time::Instant::now();
     assert_eq!(d.terminate().await?, Some(0), "SIGTERM mid-sweep → exit 0");
     eprintln!("stopped {:?} after SIGTERM", t1.elapsed());

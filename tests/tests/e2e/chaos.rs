@@ -157,7 +157,11 @@ async fn chaos_zookeeper_killed_and_restarted() -> Result<()> {
     })
     .await?;
     assert_alive(&mut d).await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    hold(
+        "the daemon outlives ZooKeeper's absence",
+        Duration::from_secs(3),
+    )
+    .await;
     assert_alive(&mut d).await?;
     pzk.start_again().await?;
     wait_until("view valid again", || async {
@@ -171,7 +175,7 @@ async fn chaos_zookeeper_killed_and_restarted() -> Result<()> {
     })
     .await?;
     // a few more sweeps: nothing else may be written
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    d.wait_sweeps(3).await?;
     assert_outcome(&mut d, &db, &[t1, t3], &[(t2, RUNNING), (t4, RUNNING)], 0).await?;
     assert_eq!(d.terminate().await?, Some(0));
     db.drop().await?;
@@ -207,7 +211,11 @@ async fn chaos_daemon_session_expired() -> Result<()> {
     kill(pid, "-STOP")?;
     // w1 dies while the daemon is frozen: its loss is seen only on the rebuild.
     w1.crash().await;
-    tokio::time::sleep(Duration::from_secs(12)).await;
+    hold(
+        "the daemon stays frozen past its 4 s session timeout",
+        Duration::from_secs(12),
+    )
+    .await;
     kill(pid, "-CONT")?;
     wait_until("session expiry counted", || async {
         Ok(d.metric("ds_reaper_zk_session_expirations_total")
@@ -220,7 +228,7 @@ async fn chaos_daemon_session_expired() -> Result<()> {
         Ok(db.task_state(t1).await?.state == FAILURE)
     })
     .await?;
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    d.wait_sweeps(3).await?;
     assert_outcome(&mut d, &db, &[t1], &[(t2, RUNNING), (t3, RUNNING)], 0).await?;
     assert_eq!(d.terminate().await?, Some(0));
     db.drop().await?;
@@ -266,7 +274,7 @@ async fn chaos_database_unavailable_then_back() -> Result<()> {
     })
     .await?;
     for _ in 0..6 {
-        tokio::time::sleep(Duration::from_secs(5)).await;
+        hold("the database stays unreachable", Duration::from_secs(5)).await;
         assert_alive(&mut d).await?;
         assert_eq!(
             db.task_state(t1).await?.state,
@@ -280,7 +288,7 @@ async fn chaos_database_unavailable_then_back() -> Result<()> {
         Ok(db.task_state(t1).await?.state == FAILURE)
     })
     .await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    d.wait_sweeps(3).await?;
     assert_outcome(&mut d, &db, &[t1], &[(t2, RUNNING), (t3, RUNNING)], 0).await?;
     assert_eq!(d.terminate().await?, Some(0));
     let _ = ds_sim::zk::delete_tree(&zk, &root).await;
@@ -335,7 +343,11 @@ async fn chaos_daemon_killed_mid_batch() -> Result<()> {
         Ok(summarize_audit(&d.audit()).orphan_intents.len() >= 499)
     })
     .await?;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    hold(
+        "the batch stays blocked on the locked row",
+        Duration::from_millis(1500),
+    )
+    .await;
     let before = summarize_audit(&d.audit());
     assert!(
         before.done.is_empty(),
@@ -357,7 +369,7 @@ async fn chaos_daemon_killed_mid_batch() -> Result<()> {
         Ok(states(&db, a + 1, b).await?.values().all(|&v| v == FAILURE))
     })
     .await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    d.wait_sweeps(3).await?;
     let zombies: Vec<i64> = (a + 1..=b).collect();
     assert_outcome(
         &mut d,
@@ -429,11 +441,20 @@ async fn chaos_hundred_flapping_workers() -> Result<()> {
         for h in &gone {
             fleet.add_host(h, NodeKind::Worker, &[]).await?;
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        hold(
+            "the fleet settles after a blink",
+            Duration::from_millis(500),
+        )
+        .await;
         assert_alive(&mut d).await?;
     }
     // well past the grace period after the last blink: nothing may be written
-    tokio::time::sleep(Duration::from_secs(17)).await;
+    hold(
+        "no flapping worker's task is written past the 15 s grace",
+        Duration::from_secs(17),
+    )
+    .await;
+    d.wait_sweeps(2).await?;
     let s = states(&db, tasks[0].0, tasks[99].0).await?;
     assert!(
         s.values().all(|&v| v == RUNNING),
@@ -514,7 +535,11 @@ async fn chaos_tasks_finishing_while_reaped() -> Result<()> {
             .any(|r| r["event"] == "intent" && r["task_id"] == a))
     })
     .await?;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    hold(
+        "the batch reaches the locked row",
+        Duration::from_millis(300),
+    )
+    .await;
     sqlx::query(&format!(
         "UPDATE t_ds_task_instance SET state = {SUCCESS}, end_time = NOW() WHERE id = {a}"
     ))
@@ -550,7 +575,7 @@ async fn chaos_tasks_finishing_while_reaped() -> Result<()> {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    d.wait_sweeps(3).await?;
     let s = states(&db, a, b).await?;
     let ls = states(&db, la, lb).await?;
     let mut zombies = Vec::new();

@@ -311,7 +311,11 @@ async fn check_observe_sees_a_loss() -> anyhow::Result<()> {
         .await
     });
     // Well after the command has its registry view, well before it ends.
-    tokio::time::sleep(std::time::Duration::from_secs(8)).await;
+    hold(
+        "check holds its registry view and is still observing",
+        std::time::Duration::from_secs(8),
+    )
+    .await;
     w1.crash().await;
     let (code, out, err) = check.await??;
     assert_eq!(code, 1, "{out}{err}");

@@ -98,14 +98,11 @@ async fn stop_agent(mut agent: AgentProcess) {
 /// the first one again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_never_orders_and_a_new_leader_orders_once() -> anyhow::Result<()> {
-    if !services_up().await {
+    let Some(sc) = Scenario::start(SimKind::MySql, "3.2.2").await? else {
         return Ok(());
-    }
-    let db = sim_db(SimKind::MySql, "3.2.2").await?;
-    let line = db.line;
-    let root = unique_root();
-    let (_m, _workers) =
-        master_and_three_workers(&zk_connect(), &root, line, "10.0.0.1:5678", long_ago()).await?;
+    };
+    let (db, root, line) = (&sc.db, sc.root.as_str(), sc.line());
+    let (_m, _workers) = sc.cluster().await?;
     let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
     let first = db.insert_task(&TaskSpec::new(wf, 1, Some(WORKER))).await?;
     let second = db.insert_task(&TaskSpec::new(wf, 1, Some(WORKER))).await?;
@@ -116,12 +113,12 @@ async fn a_standby_never_orders_and_a_new_leader_orders_once() -> anyhow::Result
     let mut p_first = exec.start(line, wf, first)?;
     let mut p_second = exec.start(line, wf, second)?;
     let mut p_reported = exec.start(line, wf, reported)?;
-    let agent = AgentProcess::start(&root, WORKER, exec.path(), AGENT_KILLS).await?;
+    let agent = AgentProcess::start(root, WORKER, exec.path(), AGENT_KILLS).await?;
     let cfg = format!(
         "{KILL}[[policy.rules]]\nreason = \"ghost_process\"\ntask_type = \"PYTHON\"\naction = \"report\"\n"
     );
-    let a = Daemon::start_with_env(db.url(), &root, &cfg, ENV).await?;
-    let b = Daemon::start_with_env(db.url(), &root, &cfg, ENV).await?;
+    let a = Daemon::start_with_env(db.url(), root, &cfg, ENV).await?;
+    let b = Daemon::start_with_env(db.url(), root, &cfg, ENV).await?;
     a.wait_ready().await?;
     b.wait_ready().await?;
     wait_until("exactly one leader", || async {
@@ -138,7 +135,7 @@ async fn a_standby_never_orders_and_a_new_leader_orders_once() -> anyhow::Result
     let (mut leader, standby) = if a_leads { (a, b) } else { (b, a) };
     agent_lists(&standby, 3).await?;
 
-    finish(&db, &[first, reported]).await?;
+    finish(db, &[first, reported]).await?;
     let pid_first = p_first.pid();
     wait_until("the first ghost's process is gone", || async {
         Ok(!alive(pid_first))
@@ -156,7 +153,7 @@ async fn a_standby_never_orders_and_a_new_leader_orders_once() -> anyhow::Result
     .await?;
     let client = zookeeper_client::Client::connect(&zk_connect()).await?;
     wait_until("the order node is removed", || async {
-        Ok(order_nodes(&client, &root).await?.is_empty())
+        Ok(order_nodes(&client, root).await?.is_empty())
     })
     .await?;
     // the standby keeps sweeping, sees the same ghosts, and still orders nothing
@@ -202,7 +199,7 @@ async fn a_standby_never_orders_and_a_new_leader_orders_once() -> anyhow::Result
     leader.kill().await?;
     standby.wait_metric(LEADER, |v| v == 1.0).await?;
     let mut survivor = standby;
-    finish(&db, &[second]).await?;
+    finish(db, &[second]).await?;
     let pid_second = p_second.pid();
     wait_until("the second ghost's process is gone", || async {
         Ok(!alive(pid_second))
@@ -213,7 +210,7 @@ async fn a_standby_never_orders_and_a_new_leader_orders_once() -> anyhow::Result
     })
     .await?;
     wait_until("its order node is removed", || async {
-        Ok(order_nodes(&client, &root).await?.is_empty())
+        Ok(order_nodes(&client, root).await?.is_empty())
     })
     .await?;
     survivor.wait_sweeps(3).await?;
@@ -238,7 +235,7 @@ async fn a_standby_never_orders_and_a_new_leader_orders_once() -> anyhow::Result
     assert_eq!(survivor.terminate().await?, Some(0));
     stop_agent(agent).await;
     p_reported.kill()?;
-    cleanup(db, &root).await
+    sc.cleanup().await
 }
 
 /// The brake engaged (two of three workers lost, SPEC §4.4) holds every kill
@@ -247,14 +244,11 @@ async fn a_standby_never_orders_and_a_new_leader_orders_once() -> anyhow::Result
 /// the brake was all that held them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_brake_holds_every_kill_order() -> anyhow::Result<()> {
-    if !services_up().await {
+    let Some(sc) = Scenario::start(SimKind::MySql, "3.2.2").await? else {
         return Ok(());
-    }
-    let db = sim_db(SimKind::MySql, "3.2.2").await?;
-    let line = db.line;
-    let root = unique_root();
-    let (_m, [_w1, mut w2, mut w3]) =
-        master_and_three_workers(&zk_connect(), &root, line, "10.0.0.1:5678", long_ago()).await?;
+    };
+    let (db, root, line) = (&sc.db, sc.root.as_str(), sc.line());
+    let (_m, [_w1, mut w2, mut w3]) = sc.cluster().await?;
     let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
     let mut ids = Vec::new();
     for _ in 0..3 {
@@ -265,10 +259,10 @@ async fn the_brake_holds_every_kill_order() -> anyhow::Result<()> {
     for id in &ids {
         procs.push(exec.start(line, wf, *id)?);
     }
-    let agent = AgentProcess::start(&root, WORKER, exec.path(), AGENT_KILLS).await?;
+    let agent = AgentProcess::start(root, WORKER, exec.path(), AGENT_KILLS).await?;
     let d = Daemon::start_with_env(
         db.url(),
-        &root,
+        root,
         &format!("{KILL}[brake]\nrelease_after = \"2s\"\n"),
         ENV,
     )
@@ -282,7 +276,7 @@ async fn the_brake_holds_every_kill_order() -> anyhow::Result<()> {
         Ok(d.json("/api/v1/status").await?["brake"]["engaged"] == true)
     })
     .await?;
-    finish(&db, &ids).await?;
+    finish(db, &ids).await?;
     let want: BTreeSet<i64> = ids.iter().copied().collect();
     wait_until("every ghost reported, held by the brake", || async {
         let g = ghosts(&d.json("/api/v1/ghosts").await?);
@@ -300,10 +294,14 @@ async fn the_brake_holds_every_kill_order() -> anyhow::Result<()> {
     // sweeps, and longer than the agent's scan interval and kill grace, so an
     // order written would have been carried out by now.
     d.wait_sweeps(4).await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    hold(
+        "past the agent's scan interval and kill grace",
+        Duration::from_secs(3),
+    )
+    .await;
     assert_eq!(d.json("/api/v1/status").await?["brake"]["engaged"], true);
     let client = zookeeper_client::Client::connect(&zk_connect()).await?;
-    assert!(order_nodes(&client, &root).await?.is_empty(), "no order");
+    assert!(order_nodes(&client, root).await?.is_empty(), "no order");
     assert!(process_events(&d, "intent").is_empty(), "{:#?}", d.audit());
     for p in &mut procs {
         assert!(p.is_running(), "pid {} was signalled", p.pid());
@@ -343,7 +341,7 @@ async fn the_brake_holds_every_kill_order() -> anyhow::Result<()> {
     );
     drop(d);
     stop_agent(agent).await;
-    cleanup(db, &root).await
+    sc.cleanup().await
 }
 
 /// `max_actions_per_sweep = 2` and `rate.per_minute = 3` (a bucket of three,
@@ -353,17 +351,14 @@ async fn the_brake_holds_every_kill_order() -> anyhow::Result<()> {
 /// processes live, and every ghost ordered and killed in the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sweep_cap_and_the_rate_limit_space_the_kill_orders() -> anyhow::Result<()> {
-    if !services_up().await {
+    let Some(sc) = Scenario::start(SimKind::MySql, "3.2.2").await? else {
         return Ok(());
-    }
+    };
     const CAP: usize = 2;
     const PER_MINUTE: i64 = 3;
     const N: usize = 5;
-    let db = sim_db(SimKind::MySql, "3.2.2").await?;
-    let line = db.line;
-    let root = unique_root();
-    let (_m, _workers) =
-        master_and_three_workers(&zk_connect(), &root, line, "10.0.0.1:5678", long_ago()).await?;
+    let (db, root, line) = (&sc.db, sc.root.as_str(), sc.line());
+    let (_m, _workers) = sc.cluster().await?;
     let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
     let mut ids = Vec::new();
     for _ in 0..N {
@@ -374,20 +369,20 @@ async fn the_sweep_cap_and_the_rate_limit_space_the_kill_orders() -> anyhow::Res
     for id in &ids {
         procs.push(exec.start(line, wf, *id)?);
     }
-    let agent = AgentProcess::start(&root, WORKER, exec.path(), AGENT_KILLS).await?;
+    let agent = AgentProcess::start(root, WORKER, exec.path(), AGENT_KILLS).await?;
     let mut env: Vec<(&str, &str)> = ENV.to_vec();
     let cap = CAP.to_string();
     env.push(("DS_REAPER__RECONCILE__MAX_ACTIONS_PER_SWEEP", &cap));
     let d = Daemon::start_with_env(
         db.url(),
-        &root,
+        root,
         &format!("{KILL}[rate]\nper_minute = {PER_MINUTE}\n"),
         &env,
     )
     .await?;
     d.wait_ready().await?;
     agent_lists(&d, N).await?;
-    finish(&db, &ids).await?;
+    finish(db, &ids).await?;
 
     // the rest wait: ghosts held by the bucket while their processes live
     let pids: Vec<i32> = procs.iter().map(|p| p.pid()).collect();
@@ -455,5 +450,5 @@ async fn the_sweep_cap_and_the_rate_limit_space_the_kill_orders() -> anyhow::Res
     }
     drop(d);
     stop_agent(agent).await;
-    cleanup(db, &root).await
+    sc.cleanup().await
 }

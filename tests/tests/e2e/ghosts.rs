@@ -30,14 +30,11 @@ fn ghost_ids(v: &serde_json::Value) -> BTreeSet<i64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ghosts_are_the_over_rows_own_processes_after_ghost_after() -> anyhow::Result<()> {
-    if !services_up().await {
+    let Some(sc) = Scenario::start(SimKind::MySql, "3.2.2").await? else {
         return Ok(());
-    }
-    let db = sim_db(SimKind::MySql, "3.2.2").await?;
-    let line = db.line;
-    let root = unique_root();
-    let (_m, _workers) =
-        master_and_three_workers(&zk_connect(), &root, line, "10.0.0.1:5678", long_ago()).await?;
+    };
+    let (db, root, line) = (&sc.db, sc.root.as_str(), sc.line());
+    let (_m, _workers) = sc.cluster().await?;
     let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
     let running = |name: &str| {
         let mut t = TaskSpec::new(wf, 1, Some(WORKER));
@@ -87,10 +84,10 @@ async fn ghosts_are_the_over_rows_own_processes_after_ghost_after() -> anyhow::R
         ],
     )?;
     let late_proc = exec.start(line, wf, late)?;
-    let mut agent = AgentProcess::start(&root, WORKER, exec.path(), "").await?;
+    let mut agent = AgentProcess::start(root, WORKER, exec.path(), "").await?;
     let mut d = Daemon::start_with_env(
         db.url(),
-        &root,
+        root,
         "",
         &[
             ("DS_REAPER__RECONCILE__GHOST_AFTER", "3s"),
@@ -235,7 +232,7 @@ async fn ghosts_are_the_over_rows_own_processes_after_ghost_after() -> anyhow::R
     assert!(page.contains("id=\"ghosts\""), "the status page's section");
 
     // `check` finds the SUCCESS row's ghost in one look (it has an end time) and exits 1
-    let cli = CliConfig::new(db.url(), &root, "")?;
+    let cli = CliConfig::new(db.url(), root, "")?;
     let (code, out, err) = cli
         .run(
             &["check", "--format", "json", "--observe", "4s"],
@@ -254,7 +251,7 @@ async fn ghosts_are_the_over_rows_own_processes_after_ghost_after() -> anyhow::R
     let _ = agent.child.wait().await;
     p_tty.kill()?;
     drop((procs, late_proc));
-    cleanup(db, &root).await
+    sc.cleanup().await
 }
 
 /// Pids whose working directory is `dir` or below (a zombie has none).
@@ -278,14 +275,11 @@ fn pids_in(dir: &std::path::Path) -> BTreeSet<i32> {
 /// beside it is never signalled; DS's rows are never written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_order_ends_the_ghosts_whole_tree() -> anyhow::Result<()> {
-    if !services_up().await {
+    let Some(sc) = Scenario::start(SimKind::MySql, "3.2.2").await? else {
         return Ok(());
-    }
-    let db = sim_db(SimKind::MySql, "3.2.2").await?;
-    let line = db.line;
-    let root = unique_root();
-    let (_m, _workers) =
-        master_and_three_workers(&zk_connect(), &root, line, "10.0.0.1:5678", long_ago()).await?;
+    };
+    let (db, root, line) = (&sc.db, sc.root.as_str(), sc.line());
+    let (_m, _workers) = sc.cluster().await?;
     let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
     let ghost = db.insert_task(&TaskSpec::new(wf, 1, Some(WORKER))).await?;
     let alive = db.insert_task(&TaskSpec::new(wf, 1, Some(WORKER))).await?;
@@ -299,7 +293,7 @@ async fn a_kill_order_ends_the_ghosts_whole_tree() -> anyhow::Result<()> {
     )?;
     let mut p_alive = exec.start(line, wf, alive)?;
     let mut agent = AgentProcess::start(
-        &root,
+        root,
         WORKER,
         exec.path(),
         "allow_kill = true\nkill_grace = \"1s\"\n",
@@ -307,7 +301,7 @@ async fn a_kill_order_ends_the_ghosts_whole_tree() -> anyhow::Result<()> {
     .await?;
     let mut d = Daemon::start_with_env(
         db.url(),
-        &root,
+        root,
         "[policy]\nghost_process = \"kill\"\n",
         &[
             ("DS_REAPER__RECONCILE__GHOST_AFTER", "3s"),
@@ -390,5 +384,5 @@ async fn a_kill_order_ends_the_ghosts_whole_tree() -> anyhow::Result<()> {
     assert_eq!(d.terminate().await?, Some(0));
     agent.child.start_kill()?;
     let _ = agent.child.wait().await;
-    cleanup(db, &root).await
+    sc.cleanup().await
 }

@@ -179,7 +179,11 @@ async fn worker_flapping_inside_grace_is_not_a_zombie() -> anyhow::Result<()> {
     })
     .await?;
     // Past the grace period the original loss would have ended in.
-    tokio::time::sleep(std::time::Duration::from_secs(12)).await;
+    hold(
+        "nothing written for a worker back within the grace",
+        std::time::Duration::from_secs(12),
+    )
+    .await;
     d.wait_sweeps(2).await?;
 
     assert_eq!(db.task_state(t1).await?.state, 1, "nothing written");

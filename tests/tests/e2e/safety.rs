@@ -225,7 +225,11 @@ async fn zookeeper_outage_invalidates_the_view_and_blocks_writes() -> anyhow::Re
     assert_eq!(st["registry_view"]["valid"], false, "{st:#}");
     assert!(st["registry_view"]["reason"].is_string(), "{st:#}");
     // Well past the grace period and the sim sessions' timeout: still nothing.
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    hold(
+        "no write without a view, past the grace and the sessions' timeout",
+        Duration::from_secs(6),
+    )
+    .await;
     assert_eq!(db.task_state(t1).await?.state, 1, "no write without a view");
     assert!(d.audit_events("intent", None).is_empty());
     assert_eq!(

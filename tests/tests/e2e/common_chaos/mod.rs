@@ -7,81 +7,15 @@ use anyhow::{bail, Result};
 use reaper_e2e::Daemon;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
 
 /// Brake and rate relaxed so the scenarios exercise the failure under test,
 /// not the brake (it has its own tests).
 pub const RELAXED: &str = "[brake]\nmax_lost_worker_fraction = 0.99\nmin_zombies = 1000000\n\
                            [rate]\nper_minute = 1000000\n";
 
-/// A loopback TCP proxy in front of a server; `down()` drops every open
-/// connection and refuses new ones until `up()`, like a database that went away.
-pub struct Proxy {
-    pub port: u16,
-    down: Arc<AtomicBool>,
-    kill: watch::Sender<u64>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Proxy {
-    pub async fn start(upstream: &str) -> Result<Proxy> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let port = listener.local_addr()?.port();
-        let down = Arc::new(AtomicBool::new(false));
-        let (kill, kill_rx) = watch::channel(0u64);
-        let upstream = upstream.to_string();
-        let d = down.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((mut inbound, _)) = listener.accept().await else {
-                    continue;
-                };
-                if d.load(Ordering::SeqCst) {
-                    let _ = inbound.shutdown().await;
-                    continue;
-                }
-                let up = upstream.clone();
-                let mut rx = kill_rx.clone();
-                rx.mark_unchanged();
-                tokio::spawn(async move {
-                    let Ok(mut outbound) = TcpStream::connect(&up).await else {
-                        return;
-                    };
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
-                        _ = rx.changed() => {}
-                    }
-                });
-            }
-        });
-        Ok(Proxy {
-            port,
-            down,
-            kill,
-            task,
-        })
-    }
-
-    pub fn down(&self) {
-        self.down.store(true, Ordering::SeqCst);
-        self.kill.send_modify(|n| *n += 1);
-    }
-
-    pub fn up(&self) {
-        self.down.store(false, Ordering::SeqCst);
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.task.abort();
-        self.kill.send_modify(|n| *n += 1);
-    }
-}
+/// The simulation's loopback proxy: `down()` drops every open connection and
+/// refuses new ones until `up()`, like a database that went away.
+pub use ds_sim::proxy::Proxy;
 
 /// The URL of `url`'s database through the proxy on `port` (host:port replaced).
 pub fn via_proxy(url: &str, port: u16) -> String {
