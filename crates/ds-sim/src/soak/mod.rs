@@ -720,41 +720,29 @@ impl Sim {
             }
             Timer::ZkStart { window } => {
                 let zk = self.zk.clone();
-                let done = Arc::new(AtomicBool::new(false));
-                let d = done.clone();
-                tokio::spawn(async move {
+                self.restart_then_close(window, async move {
                     let mut z = zk.lock().await;
                     while z.start_again().await.is_err() {
                         tokio::time::sleep(Duration::from_millis(500)).await;
                     }
-                    d.store(true, Ordering::SeqCst);
                 });
-                self.close_later(window, done);
             }
             Timer::DbStart { window } => {
                 let db = self.mydb.clone();
-                let done = Arc::new(AtomicBool::new(false));
-                let d = done.clone();
-                tokio::spawn(async move {
+                self.restart_then_close(window, async move {
                     let mut m = db.lock().await;
                     while m.start_again().await.is_err() {
                         tokio::time::sleep(Duration::from_millis(500)).await;
                     }
-                    d.store(true, Ordering::SeqCst);
                 });
-                self.close_later(window, done);
             }
             Timer::ReplicaStart { r, window } => {
                 let p = self.replicas[r].proc.clone();
-                let done = Arc::new(AtomicBool::new(false));
-                let d = done.clone();
                 let host = format!("soak-{}", self.replicas[r].label);
-                tokio::spawn(async move {
+                self.restart_then_close(window, async move {
                     let mut p = p.lock().await;
                     let _ = p.crash_and_restart(&[("HOSTNAME", host.as_str())]).await;
-                    d.store(true, Ordering::SeqCst);
                 });
-                self.close_later(window, done);
             }
             Timer::ReplicaCont { r, window } => {
                 let p = self.replicas[r].proc.clone();
@@ -772,6 +760,22 @@ impl Sim {
                 self.ds_finish(task, false).await;
             }
         }
+    }
+
+    /// Runs a restart off the event loop (it may take seconds); its fault
+    /// window stays open until the restart is done.
+    fn restart_then_close(
+        &mut self,
+        window: usize,
+        restart: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        let done = Arc::new(AtomicBool::new(false));
+        let d = done.clone();
+        tokio::spawn(async move {
+            restart.await;
+            d.store(true, Ordering::SeqCst);
+        });
+        self.close_later(window, done);
     }
 
     /// Extends a window until `done` (checked by a timer-less poll).

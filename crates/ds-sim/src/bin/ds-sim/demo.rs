@@ -529,27 +529,7 @@ level = "info"
     if with_agent {
         let exec = run.exec.as_ref().context("exec base")?;
         let agent_port = free_port()?;
-        let agent_cfg = format!(
-            r#"[dolphinscheduler]
-version = "auto"
-time_zone = "UTC"
-[zookeeper]
-connect = "{zk}"
-root = "{root}"
-session_timeout = "10s"
-[agent]
-worker = "{w4}"
-exec_base = "{exec}"
-scan_interval = "1s"
-listen = "127.0.0.1:{agent_port}"
-[log]
-format = "pretty"
-level = "info"
-"#,
-            zk = reg.zk,
-            root = reg.root,
-            exec = exec.path().display(),
-        );
+        let agent_cfg = agent_toml(reg, w4, exec.path(), agent_port, "");
         let agent_cfg_path = dir.join("agent.toml");
         std::fs::write(&agent_cfg_path, &agent_cfg)?;
         let log = dir.join("ds-reaper-agent.log");
@@ -1381,6 +1361,39 @@ async fn final_checks(
 }
 
 // ---------------------------------------------------------------- helpers
+
+/// An agent's configuration for `worker` on the demo's registry (a scan every
+/// second); `extra` goes into its `[agent]` table.
+fn agent_toml(
+    reg: &Registry,
+    worker: &str,
+    exec: &Path,
+    port: u16,
+    extra: &str,
+) -> String {
+    format!(
+        r#"[dolphinscheduler]
+version = "auto"
+time_zone = "UTC"
+[zookeeper]
+connect = "{zk}"
+root = "{root}"
+session_timeout = "10s"
+[agent]
+worker = "{worker}"
+exec_base = "{exec}"
+scan_interval = "1s"
+listen = "127.0.0.1:{port}"
+{extra}
+[log]
+format = "pretty"
+level = "info"
+"#,
+        zk = reg.zk,
+        root = reg.root,
+        exec = exec.display(),
+    )
+}
 
 /// Waits until the daemon is ready (a valid registry view, one sweep done);
 /// fails at once, with its log, if it exits.

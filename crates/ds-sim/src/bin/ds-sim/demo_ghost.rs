@@ -3,7 +3,7 @@
 //! the task again elsewhere, and ds-reaper finds the old process — a ghost —
 //! and, with `ghost_process = "kill"`, has the worker's agent end it.
 
-use super::{audit, explain, heading, print_audit, spawn, state_name, Running};
+use super::{agent_toml, audit, explain, heading, print_audit, spawn, state_name, Running};
 use super::{Registry, M1, RUNNING, W2};
 use anyhow::{bail, Context, Result};
 use chrono::{Duration as TimeDelta, Utc};
@@ -127,28 +127,12 @@ pub(super) async fn ghost_step(
     let task_dir = p.dir().to_path_buf();
     run.procs.push(p);
     let agent_port = free_port()?;
-    let agent_cfg = format!(
-        r#"[dolphinscheduler]
-version = "auto"
-time_zone = "UTC"
-[zookeeper]
-connect = "{zk}"
-root = "{root}"
-session_timeout = "10s"
-[agent]
-worker = "{W5}"
-exec_base = "{exec}"
-scan_interval = "1s"
-allow_kill = true
-kill_grace = "2s"
-listen = "127.0.0.1:{agent_port}"
-[log]
-format = "pretty"
-level = "info"
-"#,
-        zk = reg.zk,
-        root = reg.root,
-        exec = exec.path().display(),
+    let agent_cfg = agent_toml(
+        reg,
+        W5,
+        exec.path(),
+        agent_port,
+        "allow_kill = true\nkill_grace = \"2s\"",
     );
     let agent_cfg_path = dir.join("agent-w5.toml");
     std::fs::write(&agent_cfg_path, &agent_cfg)?;
