@@ -6,46 +6,51 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each part says when it starts, in seconds since the start (where a run's time goes).
+t0=$SECONDS
+part() { echo "== [+$((SECONDS - t0)) s] $*"; }
+
 bash deploy/dev/services.sh start
 # shellcheck source=../deploy/dev/env.sh
 source deploy/dev/env.sh
 
-echo "== cargo fmt --check"
+part "cargo fmt --check"
 cargo fmt --all -- --check
-echo "== cargo clippy"
+part "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
-echo "== build binaries (the end-to-end tests start them as processes)"
+part "build binaries (the end-to-end tests start them as processes)"
 cargo build --workspace --bins --locked
-echo "== fault soak, 90 s, fixed seed (scripts/soak.sh runs it longer, with other seeds)"
+part "fault soak, 90 s, fixed seed (scripts/soak.sh runs it longer, with other seeds)"
 "${CARGO_TARGET_DIR:-target}/debug/ds-sim" soak --duration 90s --seed 7
-echo "== real-DS smoke, in the background until the end-to-end suite (tests/real-ds: DS's own master,"
+part "real-DS smoke, in the background until the end-to-end suite (tests/real-ds: DS's own master,"
 echo "   workers and API server from Maven Central; fidelity, zombie, ghost; scripts/real-ds.sh runs every scenario)"
 realds_log=$(mktemp /tmp/ds-reaper-realds.XXXXXX.log)
 python3 tests/real-ds/scenarios.py --version "${REALDS_VERSION:-3.1.1}" fidelity zombie ghost >"$realds_log" 2>&1 &
 realds_pid=$!
-echo "== YARN ResourceManager jars for the e2e yarn test, in the background (tests/yarn: a MiniYARNCluster"
+part "YARN ResourceManager jars for the e2e yarn test, in the background (tests/yarn: a MiniYARNCluster"
 echo "   from Maven Central into /var/tmp/ds-reaper-services/yarn; cold about 20 s, the tests about 2 x 100 s)"
 yarn_log=$(mktemp /tmp/ds-reaper-yarn.XXXXXX.log)
 bash tests/yarn/launch.sh prepare >"$yarn_log" 2>&1 &
 yarn_pid=$!
-echo "== deployment artifacts (promtool, systemd-analyze, dashboard, manifests)"
+part "deployment artifacts (promtool, systemd-analyze, dashboard, manifests)"
 bash scripts/check-deploy.sh
-echo "== the .deb, installed into an empty root (the debug binary just built; scripts/package.sh makes the release packages)"
+part "the .deb, installed into an empty root (the debug binary just built; scripts/package.sh makes the release packages)"
 bash scripts/check-package.sh
-echo "== cargo test"
+part "cargo test"
 # Integration tests share one ZooKeeper and one server per database; each test
 # uses its own ZooKeeper root and its own database, so they run in parallel.
 cargo test --workspace --locked --exclude reaper-e2e -- --test-threads "${TEST_THREADS:-4}"
-echo "== fuzz targets, 10 s each (unoptimised build; scripts/fuzz.sh SECONDS runs them longer)"
+part "fuzz targets, 10 s each (unoptimised build; scripts/fuzz.sh SECONDS runs them longer)"
 FUZZ_DEV=1 bash scripts/fuzz.sh "${FUZZ_SECONDS:-10}"
-echo "== real-DS smoke (started after the build)"
+part "real-DS smoke (started after the build)"
 realds_rc=0
 wait "$realds_pid" || realds_rc=$?
 cat "$realds_log"
 if [ "$realds_rc" -ne 0 ]; then echo "real-DS smoke FAILED (exit $realds_rc)" >&2; exit 1; fi
-echo "== YARN ResourceManager jars (started after the build)"
+part "YARN ResourceManager jars (started after the build)"
 yarn_rc=0
 wait "$yarn_pid" || yarn_rc=$?
 if [ "$yarn_rc" -ne 0 ]; then cat "$yarn_log"; echo "tests/yarn/launch.sh prepare FAILED (exit $yarn_rc)" >&2; exit 1; fi
-echo "== end-to-end suite (one binary; its tests mostly wait on processes and services, so many run at once)"
+part "end-to-end suite (one binary; its tests mostly wait on processes and services, so many run at once)"
 YARN_TESTS=1 cargo test -p reaper-e2e --locked -- --test-threads "${E2E_THREADS:-8}"
+part "done"
