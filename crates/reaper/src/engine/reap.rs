@@ -5,6 +5,7 @@ use super::act::{Item, NotWritten};
 use super::{ActionResult, Engine, Gate};
 use crate::audit::Record;
 use reaper_core::plan::{owner_master, recover_skipped_note};
+use reaper_core::ports::TaskRow;
 use reaper_core::{
     plan, Action, Candidate, Disposition, DsLine, FollowUp, Instant, Policy, Reason, RegistryView,
     SafetyState, UnseenAbsence, Zombie,
@@ -77,14 +78,7 @@ impl Engine {
         if let Some(h) = line_hold {
             return Err(ReapError::Refused(h));
         }
-        let row = match self.store.task(line, req.task_id).await {
-            Ok(Some(r)) => r,
-            Ok(None) => return Err(ReapError::NotFound(req.task_id)),
-            Err(e) => {
-                self.db_failed(&e);
-                return Err(ReapError::Unavailable(e.to_string()));
-            }
-        };
+        let row = self.live_row(line, req.task_id).await?;
         // Judged against a view taken after the row was read (SPEC §4.1).
         let view = self.registry.view();
         let Some(valid_since) = view.valid_since() else {
@@ -92,15 +86,6 @@ impl Engine {
                 "the registry view is not valid".to_string(),
             ));
         };
-        // Safety rule 8 holds even with --force.
-        if row.flag != 1 || DsLine::is_finished_task_state(row.task.state) {
-            return Err(ReapError::Refused(format!(
-                "task {} is not a current live row (state {}, flag {}); finished rows are never touched",
-                req.task_id,
-                line.state_name(row.task.state).unwrap_or("UNKNOWN"),
-                row.flag
-            )));
-        }
         let action = writable_action(req, line)?;
         let workflow = req.workflow.unwrap_or(FollowUp::None);
         let policy = self.reap_policy(line, action, workflow);
@@ -141,6 +126,27 @@ impl Engine {
             actor: req.actor.clone(),
             valid_since,
         })
+    }
+
+    /// The task's row, refused unless it is a current live row: safety rule
+    /// 8 (a finished row is never touched) holds even with `force`.
+    async fn live_row(&self, line: DsLine, task_id: i64) -> Result<TaskRow, ReapError> {
+        let row = match self.store.task(line, task_id).await {
+            Ok(Some(r)) => r,
+            Ok(None) => return Err(ReapError::NotFound(task_id)),
+            Err(e) => {
+                self.db_failed(&e);
+                return Err(ReapError::Unavailable(e.to_string()));
+            }
+        };
+        if row.flag != 1 || DsLine::is_finished_task_state(row.task.state) {
+            return Err(ReapError::Refused(format!(
+                "task {task_id} is not a current live row (state {}, flag {}); finished rows are never touched",
+                line.state_name(row.task.state).unwrap_or("UNKNOWN"),
+                row.flag
+            )));
+        }
+        Ok(row)
     }
 
     /// The policy an asked-for reap is judged by: every reason takes the
