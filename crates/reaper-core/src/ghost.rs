@@ -15,7 +15,7 @@ use crate::plan::{Blocked, Disposition};
 use crate::view::{NodeKind, RegistryView};
 use crate::{delta, Instant};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
@@ -336,6 +336,9 @@ pub struct ListedRead<'a> {
     pub read: &'a BTreeSet<i64>,
     /// The rows the read found.
     pub rows: &'a BTreeMap<i64, GhostRow>,
+    /// Ids read whose row is live on the one worker that lists them, kept
+    /// without the row: no ghost.
+    pub live: &'a HashSet<i64>,
     /// The order nodes in the registry, by (worker, task id).
     pub outstanding: &'a BTreeSet<(String, i64)>,
 }
@@ -353,6 +356,7 @@ pub fn plan_ghosts(
     let ListedRead {
         read,
         rows,
+        live,
         outstanding,
     } = *listed_read;
     let mut kept = GhostMemory::new();
@@ -389,6 +393,9 @@ pub fn plan_ghosts(
                 continue;
             }
             listed += 1;
+            if live.contains(&task.task_id) {
+                continue;
+            }
             let row = rows.get(&task.task_id);
             // most listed tasks run: decided without allocating
             let Some(over) = over(view, worker, row) else {

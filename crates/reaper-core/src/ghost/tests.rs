@@ -127,6 +127,7 @@ impl Sweeper {
             &ListedRead {
                 read: &read,
                 rows: &rows,
+                live: &HashSet::new(),
                 outstanding: &self.outstanding,
             },
             &self.memory,
@@ -517,6 +518,7 @@ fn an_id_not_read_is_never_taken_for_a_vanished_row() {
             &ListedRead {
                 read: &BTreeSet::new(),
                 rows: &BTreeMap::new(),
+                live: &HashSet::new(),
                 outstanding: &BTreeSet::new(),
             },
             &memory,
@@ -552,6 +554,7 @@ fn check_judges_in_one_look_from_the_rows_end() {
         &ListedRead {
             read: &read,
             rows: &rows,
+            live: &HashSet::new(),
             outstanding: &BTreeSet::new(),
         },
         &memory,
@@ -569,6 +572,7 @@ fn check_judges_in_one_look_from_the_rows_end() {
         &ListedRead {
             read: &read,
             rows: &rows,
+            live: &HashSet::new(),
             outstanding: &BTreeSet::new(),
         },
         &memory,

@@ -39,6 +39,9 @@ pub(super) struct GhostState {
 pub(super) struct Listed {
     read: BTreeSet<i64>,
     rows: BTreeMap<i64, GhostRow>,
+    /// Listed tasks whose candidate row is live on the one worker that lists
+    /// them: no ghost, and no row kept for them.
+    live: HashSet<i64>,
     /// The order nodes in the registry; None when they could not be read
     /// (no order is then written: one may be outstanding).
     orders: Option<Vec<(String, KillOrder)>>,
@@ -68,15 +71,16 @@ impl Engine {
             return Some(Listed {
                 read: BTreeSet::new(),
                 rows: BTreeMap::new(),
+                live: HashSet::new(),
                 orders,
             });
         }
-        let mut rows = rows_among_candidates(&view, candidates, self.now(), stale_after);
+        let (mut rows, live) = rows_among_candidates(&view, candidates, self.now(), stale_after);
         drop(view);
         let rest: Vec<i64> = ids
             .iter()
             .copied()
-            .filter(|i| !rows.contains_key(i))
+            .filter(|i| !rows.contains_key(i) && !live.contains(i))
             .collect();
         let found = if rest.is_empty() {
             Ok(reaper_core::ghost::GhostRead::default())
@@ -91,6 +95,7 @@ impl Engine {
                 Some(Listed {
                     read: ids.into_iter().filter(|i| !bad.contains(i)).collect(),
                     rows,
+                    live,
                     orders,
                 })
             }
@@ -144,6 +149,7 @@ impl Engine {
             &ListedRead {
                 read: &listed.read,
                 rows: &listed.rows,
+                live: &listed.live,
                 outstanding: &outstanding,
             },
             &memory,
@@ -206,6 +212,7 @@ impl Engine {
             &ListedRead {
                 read: &listed.read,
                 rows: &listed.rows,
+                live: &listed.live,
                 outstanding: &outstanding,
             },
             &st.ghosts.memory,
@@ -452,49 +459,60 @@ fn order_id(worker: &str, task_id: i64, now: Instant) -> String {
 }
 
 /// The listed tasks found among the sweep's candidates (live `flag = 1` rows
-/// read moments ago), by id: most listed tasks are running ones, so only the
-/// others cost a read.
+/// read moments ago): most listed tasks are running ones, so only the others
+/// cost a read. A task live on the one worker whose agent lists it is no
+/// ghost: only its id is kept (`live`), not a copy of its row held through
+/// the sweep (40,000 listed tasks would be tens of MiB). The others' rows
+/// are kept whole, for the judgement and its evidence.
 fn rows_among_candidates(
     view: &RegistryView,
     candidates: &[reaper_core::Candidate],
     now: Instant,
     stale_after: std::time::Duration,
-) -> BTreeMap<i64, GhostRow> {
-    // Which worker's agent lists each task (the first, should two).
-    let mut lister: HashMap<i64, &str> = HashMap::new();
+) -> (BTreeMap<i64, GhostRow>, HashSet<i64>) {
+    // The worker whose agent lists each task, and whether another lists it too.
+    let mut lister: HashMap<i64, (&str, bool)> = HashMap::new();
     for (w, a) in view
         .agents
         .iter()
         .filter(|(_, a)| a.fresh(now, stale_after))
     {
         for t in a.report.iter().flat_map(|r| &r.tasks) {
-            lister.entry(t.task_id).or_insert(w.as_str());
+            lister
+                .entry(t.task_id)
+                .and_modify(|(_, more)| *more = true)
+                .or_insert((w.as_str(), false));
         }
     }
     let mut rows = BTreeMap::new();
+    let mut live = HashSet::new();
     for c in candidates {
-        let Some(worker) = lister.get(&c.id) else {
+        let Some(&(worker, more)) = lister.get(&c.id) else {
             continue;
         };
-        // A live row on the lister's own worker is all the judgement needs
-        // of it (no ghost): its state and host, not a full copy held through
-        // the rest of the sweep.
-        let slim = reaper_core::Candidate {
-            id: c.id,
-            state: c.state,
-            host: c.host.clone(),
-            ..Default::default()
-        };
-        let mut row = GhostRow {
-            task: slim,
+        // what the judgement needs of a live row: its state and host
+        let slim = GhostRow {
+            task: reaper_core::Candidate {
+                id: c.id,
+                state: c.state,
+                host: c.host.clone(),
+                ..Default::default()
+            },
             flag: 1,
             end_time: None,
             newer_attempt: None,
         };
-        if ghost::over(view, worker, Some(&row)).is_some() {
-            row.task = c.clone();
+        if !more && ghost::over(view, worker, Some(&slim)).is_none() {
+            live.insert(c.id);
+        } else {
+            rows.insert(
+                c.id,
+                GhostRow {
+                    task: c.clone(),
+                    ..slim
+                },
+            );
         }
-        rows.insert(c.id, row);
     }
-    rows
+    (rows, live)
 }

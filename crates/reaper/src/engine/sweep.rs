@@ -30,6 +30,37 @@ pub(super) enum Stop {
     Failed(String),
 }
 
+/// Wall time per step of one sweep.
+struct StepClock {
+    last: std::time::Instant,
+    laps: Vec<(&'static str, std::time::Duration)>,
+}
+
+impl StepClock {
+    fn start() -> StepClock {
+        StepClock {
+            last: std::time::Instant::now(),
+            laps: Vec::with_capacity(8),
+        }
+    }
+
+    fn lap(&mut self, step: &'static str) {
+        let now = std::time::Instant::now();
+        self.laps.push((step, now - self.last));
+        self.last = now;
+    }
+}
+
+impl std::fmt::Display for StepClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (step, d)) in self.laps.iter().enumerate() {
+            let sep = if i == 0 { "" } else { " " };
+            write!(f, "{sep}{step}={:.1}", d.as_secs_f64() * 1000.0)?;
+        }
+        Ok(())
+    }
+}
+
 /// The `read` step's result.
 struct Read {
     line: DsLine,
@@ -94,10 +125,16 @@ impl Engine {
 
     /// The sweep's steps in order; an `Err` ends it early.
     async fn steps(&self, st: &mut SweepState, summary: &mut SweepSummary) -> Result<(), Stop> {
+        // Each step's time, in one debug line per sweep (where a slow sweep's
+        // time goes, without a profiler).
+        let mut clock = StepClock::start();
         let read = self.read(st, summary).await?;
+        clock.lap("read");
         let mut judged = self.judge(st, &read, summary).await?;
+        clock.lap("judge");
         self.publish(&judged, read.candidates.len());
         let applied = self.act_on_zombies(&judged, read.line).await;
+        clock.lap("act");
         let anomalies = self
             .task_anomalies(
                 read.line,
@@ -119,12 +156,16 @@ impl Engine {
         } = read;
         let candidate_count = candidates.len();
         drop(candidates);
+        clock.lap("task_anomalies");
         let wf = self.sweep_workflows(st, line, full, &mut judged).await;
+        clock.lap("workflows");
         self.sweep_ghosts(st, line, listed, &mut judged).await;
+        clock.lap("ghosts");
         self.remote_gauge(&judged.remote);
         st.safety = judged.remembered();
         self.publish_anomalies(st, anomalies, &wf.stopping, &judged.view, line, judged.now)
             .await;
+        clock.lap("anomalies");
 
         summary.result = SweepResult::Ok;
         summary.candidates = candidate_count;
@@ -136,7 +177,7 @@ impl Engine {
             summary.detail = Some(format!("brake engaged: {b}"));
         }
         tracing::debug!(result = %summary.result, kind = summary.kind, candidates = summary.candidates,
-            zombies = summary.zombies, actions = summary.actions, "sweep done");
+            zombies = summary.zombies, actions = summary.actions, steps_ms = %clock, "sweep done");
         Ok(())
     }
 
