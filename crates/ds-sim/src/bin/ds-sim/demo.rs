@@ -1364,13 +1364,7 @@ async fn final_checks(
 
 /// An agent's configuration for `worker` on the demo's registry (a scan every
 /// second); `extra` goes into its `[agent]` table.
-fn agent_toml(
-    reg: &Registry,
-    worker: &str,
-    exec: &Path,
-    port: u16,
-    extra: &str,
-) -> String {
+fn agent_toml(reg: &Registry, worker: &str, exec: &Path, port: u16, extra: &str) -> String {
     format!(
         r#"[dolphinscheduler]
 version = "auto"
