@@ -52,243 +52,336 @@ fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, m: T) -> 
     m
 }
 
+fn gauge(name: &str, help: &str) -> IntGauge {
+    IntGauge::new(name, help).expect("static metric definition")
+}
+
+fn counter(name: &str, help: &str) -> IntCounter {
+    IntCounter::new(name, help).expect("static metric definition")
+}
+
+fn gauge_vec(name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    IntGaugeVec::new(Opts::new(name, help), labels).expect("static metric definition")
+}
+
+fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    IntCounterVec::new(Opts::new(name, help), labels).expect("static metric definition")
+}
+
+// The families are registered in groups, the groups in `Metrics::new`'s
+// order and each group's families in the order it returns them, which keeps
+// the order they were always registered in.
+
+/// What the last sweep found among the task rows, and the writes done.
+fn task_metrics(r: &Registry) -> (IntGaugeVec, IntCounterVec, IntCounterVec, IntGauge) {
+    (
+        reg(
+            r,
+            gauge_vec(
+                "zombies",
+                "Zombies found by the last sweep (before its actions)",
+                &["reason"],
+            ),
+        ),
+        reg(
+            r,
+            counter_vec(
+                "zombies_detected_total",
+                "Distinct zombies first seen",
+                &["reason"],
+            ),
+        ),
+        reg(
+            r,
+            counter_vec("actions_total", "Writes done", &["action", "result"]),
+        ),
+        reg(
+            r,
+            gauge("candidates", "Live-state rows seen by the last sweep"),
+        ),
+    )
+}
+
+/// The servers live in the registry.
+fn server_metrics(r: &Registry) -> (IntGauge, IntGauge, IntCounter) {
+    (
+        reg(r, gauge("live_workers", "Workers live in the registry")),
+        reg(r, gauge("live_masters", "Masters live in the registry")),
+        reg(
+            r,
+            counter("workers_lost_total", "Workers seen leaving the registry"),
+        ),
+    )
+}
+
+/// The sweeps themselves.
+fn sweep_metrics(r: &Registry) -> (IntCounterVec, Histogram, Gauge) {
+    (
+        reg(
+            r,
+            counter_vec("sweeps_total", "Sweeps by result", &["result"]),
+        ),
+        reg(
+            r,
+            Histogram::with_opts(
+                HistogramOpts::new("sweep_duration_seconds", "Duration of a sweep").buckets(vec![
+                    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                ]),
+            )
+            .expect("static metric definition"),
+        ),
+        reg(
+            r,
+            Gauge::new(
+                "last_sweep_timestamp_seconds",
+                "Unix time of the last completed sweep",
+            )
+            .expect("static metric definition"),
+        ),
+    )
+}
+
+/// Why the daemon may not act: the registry view, the leadership, the
+/// brake, and the errors of both sides.
+struct Health {
+    registry_view_valid: IntGauge,
+    zk_session_expirations_total: IntCounter,
+    leader: IntGauge,
+    brake_engaged: IntGauge,
+    db_errors_total: IntCounter,
+    zk_errors_total: IntCounter,
+}
+
+fn health_metrics(r: &Registry) -> Health {
+    Health {
+        registry_view_valid: reg(
+            r,
+            gauge("registry_view_valid", "1 when the registry view is valid"),
+        ),
+        zk_session_expirations_total: reg(
+            r,
+            counter(
+                "zk_session_expirations_total",
+                "ZooKeeper session expirations",
+            ),
+        ),
+        leader: reg(
+            r,
+            gauge(
+                "leader",
+                "1 when this replica is the leader (1 when election is off)",
+            ),
+        ),
+        brake_engaged: reg(r, gauge("brake_engaged", "1 while the brake is engaged")),
+        db_errors_total: reg(r, counter("db_errors_total", "Database errors")),
+        zk_errors_total: reg(r, counter("zk_errors_total", "ZooKeeper errors")),
+    }
+}
+
+/// The build, the rows that could not be read, and the agents.
+fn input_metrics(r: &Registry) -> (IntGaugeVec, IntCounterVec, IntGaugeVec) {
+    (
+        reg(
+            r,
+            gauge_vec("build_info", "Build information", &["version", "ds_line"]),
+        ),
+        reg(
+            r,
+            counter_vec(
+                "rows_skipped_total",
+                "Rows that could not be decoded",
+                &["table"],
+            ),
+        ),
+        reg(
+            r,
+            gauge_vec(
+                "agents",
+                "Worker-host agents known to the daemon",
+                &["state"],
+            ),
+        ),
+    )
+}
+
+/// SPEC §13.
+fn workflow_metrics(r: &Registry) -> (IntGaugeVec, IntCounterVec) {
+    (
+        reg(
+            r,
+            gauge_vec(
+                "workflow_zombies",
+                "Workflow findings of the last sweep",
+                &["reason"],
+            ),
+        ),
+        reg(
+            r,
+            counter_vec(
+                "workflow_actions_total",
+                "Workflow writes done",
+                &["action", "result"],
+            ),
+        ),
+    )
+}
+
+/// SPEC §15 and §17: ghost processes and remote applications, registered
+/// interleaved as they always were.
+fn ghost_metrics(r: &Registry) -> (IntGauge, IntGaugeVec, IntCounterVec, IntCounterVec) {
+    (
+        reg(
+            r,
+            gauge("ghosts", "Ghost processes found by the last sweep"),
+        ),
+        reg(
+            r,
+            gauge_vec(
+                "remote_apps",
+                "YARN applications of the last sweep's zombies, by the RM's state",
+                &["state"],
+            ),
+        ),
+        reg(
+            r,
+            counter_vec(
+                "remote_app_kills_total",
+                "YARN application kills asked of the RM",
+                &["result"],
+            ),
+        ),
+        reg(
+            r,
+            counter_vec("ghost_actions_total", "Kill orders' outcomes", &["result"]),
+        ),
+    )
+}
+
+/// SPEC §16.
+fn anomaly_metrics(r: &Registry) -> (IntGaugeVec, IntGaugeVec) {
+    (
+        reg(
+            r,
+            gauge_vec(
+                "anomalies",
+                "Stuck-under-a-live-owner findings of the last sweep",
+                &["kind"],
+            ),
+        ),
+        reg(
+            r,
+            gauge_vec(
+                "oldest_live_seconds",
+                "Age of the oldest flag = 1 row per live or queued task state",
+                &["state"],
+            ),
+        ),
+    )
+}
+
 impl Metrics {
     pub fn new() -> Metrics {
         let r = Registry::new_custom(Some("ds_reaper".into()), None).unwrap_or_default();
-        let gauge =
-            |name: &str, help: &str| IntGauge::new(name, help).expect("static metric definition");
-        let counter =
-            |name: &str, help: &str| IntCounter::new(name, help).expect("static metric definition");
+        let (zombies, zombies_detected_total, actions_total, candidates) = task_metrics(&r);
+        let (live_workers, live_masters, workers_lost_total) = server_metrics(&r);
+        let (sweeps_total, sweep_duration_seconds, last_sweep_timestamp_seconds) =
+            sweep_metrics(&r);
+        let health = health_metrics(&r);
+        let (build_info, rows_skipped_total, agents) = input_metrics(&r);
+        let (workflow_zombies, workflow_actions_total) = workflow_metrics(&r);
+        let (ghosts, remote_apps, remote_app_kills_total, ghost_actions_total) = ghost_metrics(&r);
+        let (anomalies, oldest_live_seconds) = anomaly_metrics(&r);
         let m = Metrics {
-            zombies: reg(
-                &r,
-                IntGaugeVec::new(
-                    Opts::new(
-                        "zombies",
-                        "Zombies found by the last sweep (before its actions)",
-                    ),
-                    &["reason"],
-                )
-                .expect("static metric definition"),
-            ),
-            zombies_detected_total: reg(
-                &r,
-                IntCounterVec::new(
-                    Opts::new("zombies_detected_total", "Distinct zombies first seen"),
-                    &["reason"],
-                )
-                .expect("static metric definition"),
-            ),
-            actions_total: reg(
-                &r,
-                IntCounterVec::new(
-                    Opts::new("actions_total", "Writes done"),
-                    &["action", "result"],
-                )
-                .expect("static metric definition"),
-            ),
-            candidates: reg(
-                &r,
-                gauge("candidates", "Live-state rows seen by the last sweep"),
-            ),
-            live_workers: reg(&r, gauge("live_workers", "Workers live in the registry")),
-            live_masters: reg(&r, gauge("live_masters", "Masters live in the registry")),
-            workers_lost_total: reg(
-                &r,
-                counter("workers_lost_total", "Workers seen leaving the registry"),
-            ),
-            sweeps_total: reg(
-                &r,
-                IntCounterVec::new(Opts::new("sweeps_total", "Sweeps by result"), &["result"])
-                    .expect("static metric definition"),
-            ),
-            sweep_duration_seconds: reg(
-                &r,
-                Histogram::with_opts(
-                    HistogramOpts::new("sweep_duration_seconds", "Duration of a sweep").buckets(
-                        vec![
-                            0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-                        ],
-                    ),
-                )
-                .expect("static metric definition"),
-            ),
-            last_sweep_timestamp_seconds: reg(
-                &r,
-                Gauge::new(
-                    "last_sweep_timestamp_seconds",
-                    "Unix time of the last completed sweep",
-                )
-                .expect("static metric definition"),
-            ),
-            registry_view_valid: reg(
-                &r,
-                gauge("registry_view_valid", "1 when the registry view is valid"),
-            ),
-            zk_session_expirations_total: reg(
-                &r,
-                counter(
-                    "zk_session_expirations_total",
-                    "ZooKeeper session expirations",
-                ),
-            ),
-            leader: reg(
-                &r,
-                gauge(
-                    "leader",
-                    "1 when this replica is the leader (1 when election is off)",
-                ),
-            ),
-            brake_engaged: reg(&r, gauge("brake_engaged", "1 while the brake is engaged")),
-            db_errors_total: reg(&r, counter("db_errors_total", "Database errors")),
-            zk_errors_total: reg(&r, counter("zk_errors_total", "ZooKeeper errors")),
-            build_info: reg(
-                &r,
-                IntGaugeVec::new(
-                    Opts::new("build_info", "Build information"),
-                    &["version", "ds_line"],
-                )
-                .expect("static metric definition"),
-            ),
-            rows_skipped_total: reg(
-                &r,
-                IntCounterVec::new(
-                    Opts::new("rows_skipped_total", "Rows that could not be decoded"),
-                    &["table"],
-                )
-                .expect("static metric definition"),
-            ),
-            agents: reg(
-                &r,
-                IntGaugeVec::new(
-                    Opts::new("agents", "Worker-host agents known to the daemon"),
-                    &["state"],
-                )
-                .expect("static metric definition"),
-            ),
-            workflow_zombies: reg(
-                &r,
-                IntGaugeVec::new(
-                    Opts::new("workflow_zombies", "Workflow findings of the last sweep"),
-                    &["reason"],
-                )
-                .expect("static metric definition"),
-            ),
-            workflow_actions_total: reg(
-                &r,
-                IntCounterVec::new(
-                    Opts::new("workflow_actions_total", "Workflow writes done"),
-                    &["action", "result"],
-                )
-                .expect("static metric definition"),
-            ),
-            ghosts: reg(
-                &r,
-                gauge("ghosts", "Ghost processes found by the last sweep"),
-            ),
-            remote_apps: reg(
-                &r,
-                IntGaugeVec::new(
-                    Opts::new(
-                        "remote_apps",
-                        "YARN applications of the last sweep's zombies, by the RM's state",
-                    ),
-                    &["state"],
-                )
-                .expect("static metric definition"),
-            ),
-            remote_app_kills_total: reg(
-                &r,
-                IntCounterVec::new(
-                    Opts::new(
-                        "remote_app_kills_total",
-                        "YARN application kills asked of the RM",
-                    ),
-                    &["result"],
-                )
-                .expect("static metric definition"),
-            ),
-            ghost_actions_total: reg(
-                &r,
-                IntCounterVec::new(
-                    Opts::new("ghost_actions_total", "Kill orders' outcomes"),
-                    &["result"],
-                )
-                .expect("static metric definition"),
-            ),
-            anomalies: reg(
-                &r,
-                IntGaugeVec::new(
-                    Opts::new(
-                        "anomalies",
-                        "Stuck-under-a-live-owner findings of the last sweep",
-                    ),
-                    &["kind"],
-                )
-                .expect("static metric definition"),
-            ),
-            oldest_live_seconds: reg(
-                &r,
-                IntGaugeVec::new(
-                    Opts::new(
-                        "oldest_live_seconds",
-                        "Age of the oldest flag = 1 row per live or queued task state",
-                    ),
-                    &["state"],
-                )
-                .expect("static metric definition"),
-            ),
+            zombies,
+            zombies_detected_total,
+            actions_total,
+            candidates,
+            live_workers,
+            live_masters,
+            workers_lost_total,
+            sweeps_total,
+            sweep_duration_seconds,
+            last_sweep_timestamp_seconds,
+            registry_view_valid: health.registry_view_valid,
+            zk_session_expirations_total: health.zk_session_expirations_total,
+            leader: health.leader,
+            brake_engaged: health.brake_engaged,
+            db_errors_total: health.db_errors_total,
+            zk_errors_total: health.zk_errors_total,
+            build_info,
+            rows_skipped_total,
+            agents,
+            workflow_zombies,
+            workflow_actions_total,
+            ghosts,
+            remote_apps,
+            remote_app_kills_total,
+            ghost_actions_total,
+            anomalies,
+            oldest_live_seconds,
             registry: r,
         };
+        m.zero_anomalies();
+        // Pre-create the label sets so dashboards and alerts see zeros, not gaps.
+        m.zero_tasks();
+        m.zero_workflows_and_ghosts();
+        m.set_build_info("unknown");
+        m
+    }
+
+    fn zero_anomalies(&self) {
         for kind in reaper_core::anomaly::AnomalyKind::ALL {
-            m.anomalies.with_label_values(&[kind.as_str()]).set(0);
+            self.anomalies.with_label_values(&[kind.as_str()]).set(0);
         }
         // until the first sweep says which states the line has
         for state in reaper_core::anomaly::QUEUED_STATES
             .iter()
             .chain(&["RUNNING_EXECUTION"])
         {
-            m.oldest_live_seconds.with_label_values(&[state]).set(0);
+            self.oldest_live_seconds.with_label_values(&[state]).set(0);
         }
-        // Pre-create the label sets so dashboards and alerts see zeros, not gaps.
+    }
+
+    fn zero_tasks(&self) {
         for reason in Reason::ALL {
-            m.zombies.with_label_values(&[reason.as_str()]).set(0);
-            m.zombies_detected_total
+            self.zombies.with_label_values(&[reason.as_str()]).set(0);
+            self.zombies_detected_total
                 .with_label_values(&[reason.as_str()]);
         }
         for result in ["ok", "error", "skipped"] {
-            m.sweeps_total.with_label_values(&[result]);
+            self.sweeps_total.with_label_values(&[result]);
         }
         for action in ["fail", "fault-tolerance", "kill"] {
             for result in ["ok", "lost_race", "error"] {
-                m.actions_total.with_label_values(&[action, result]);
+                self.actions_total.with_label_values(&[action, result]);
             }
         }
-        m.rows_skipped_total
+        self.rows_skipped_total
             .with_label_values(&["t_ds_task_instance"]);
+    }
+
+    fn zero_workflows_and_ghosts(&self) {
         for reason in reaper_core::workflow::WorkflowReason::ALL {
-            m.workflow_zombies
+            self.workflow_zombies
                 .with_label_values(&[reason.as_str()])
                 .set(0);
         }
         for result in ["ok", "lost_race", "error"] {
-            m.workflow_actions_total
+            self.workflow_actions_total
                 .with_label_values(&["recover", result]);
         }
         for state in ["fresh", "stale"] {
-            m.agents.with_label_values(&[state]).set(0);
+            self.agents.with_label_values(&[state]).set(0);
         }
         for result in ["killed", "gone", "refused", "partial", "error"] {
-            m.ghost_actions_total.with_label_values(&[result]);
+            self.ghost_actions_total.with_label_values(&[result]);
         }
         for state in crate::engine::REMOTE_APP_STATES {
-            m.remote_apps.with_label_values(&[state]).set(0);
+            self.remote_apps.with_label_values(&[state]).set(0);
         }
         for result in ["killed", "error"] {
-            m.remote_app_kills_total.with_label_values(&[result]);
+            self.remote_app_kills_total.with_label_values(&[result]);
         }
-        m.set_build_info("unknown");
-        m
     }
 
     pub fn set_build_info(&self, line: &str) {

@@ -4,7 +4,12 @@ use super::connect::{connect, progress};
 use super::output::{print_ghosts, print_table, print_workflows};
 use super::{Format, EXIT_FOUND, EXIT_OK, EXIT_UNREACHABLE};
 use crate::config::Settings;
+use crate::engine::{Engine, Error};
 use crate::views::{GhostView, WorkflowView, ZombieView};
+use reaper_core::anomaly::Anomaly;
+use reaper_core::ghost::Ghost;
+use reaper_core::workflow::WorkflowFinding;
+use reaper_core::{DsLine, Instant, Plan};
 use serde_json::json;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -26,71 +31,112 @@ pub(super) async fn check(s: Settings, format: Format, observe: Duration) -> u8 
             return EXIT_UNREACHABLE;
         }
     }
+    let scanned = scan(&engine).await;
+    engine.close().await;
+    cancel.cancel();
+    let found = match Found::new(scanned) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("ds-reaper: {e}");
+            return EXIT_UNREACHABLE;
+        }
+    };
+    match format {
+        Format::Json => found.print_json(&s),
+        Format::Table => found.print_tables(&s),
+    }
+    if found.is_empty() {
+        EXIT_OK
+    } else {
+        EXIT_FOUND
+    }
+}
+
+/// What the engine answered, read before it is closed.
+struct Scanned {
+    tasks: Result<(DsLine, Plan, Vec<WorkflowFinding>), Error>,
+    ghosts: Result<Vec<Ghost>, Error>,
+    anomalies: Result<Vec<Anomaly>, Error>,
+}
+
+async fn scan(engine: &Engine) -> Scanned {
     progress("scanning t_ds_task_instance");
-    let result = engine.check().await;
-    let ghosts = match &result {
+    let tasks = engine.check().await;
+    let ghosts = match &tasks {
         Ok((line, _, _)) => engine.check_ghosts(*line).await,
         Err(_) => Ok(Vec::new()),
     };
     // SPEC §16 after the task, workflow and ghost findings; never written, never audited
-    let anomalies = match &result {
+    let anomalies = match &tasks {
         Ok(_) => engine.check_anomalies().await,
         Err(_) => Ok(Vec::new()),
     };
-    engine.close().await;
-    cancel.cancel();
-    let (line, plan, findings) = match result {
-        Ok(x) => x,
-        Err(e) => {
-            eprintln!("ds-reaper: {e}");
-            return EXIT_UNREACHABLE;
-        }
-    };
-    let ghosts: Vec<GhostView> = match ghosts {
-        Ok(g) => g.iter().map(GhostView::new).collect(),
-        Err(e) => {
-            eprintln!("ds-reaper: {e}");
-            return EXIT_UNREACHABLE;
-        }
-    };
-    let anomalies = match anomalies {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("ds-reaper: {e}");
-            return EXIT_UNREACHABLE;
-        }
-    };
-    let now = plan.at;
-    let zombies: Vec<ZombieView> = plan
-        .zombies
-        .iter()
-        .map(|z| ZombieView::new(z, now))
-        .collect();
-    let workflows: Vec<WorkflowView> = findings.iter().map(WorkflowView::new).collect();
-    match format {
-        Format::Json => {
-            let doc = json!({
-                "ds_line": line.as_str(),
-                "registry": s.registry.kind.as_str(),
-                "candidates": plan.candidates,
-                "zombies": zombies,
-                "workflows": workflows,
-                "ghosts": ghosts,
-                "anomalies": anomalies,
-            });
-            println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
-        }
-        Format::Table => {
-            println!("registry: {}", s.registry.kind.as_str());
-            print_table(line, plan.candidates, &zombies);
-            print_workflows(&workflows);
-            print_ghosts(&ghosts);
-            super::anomalies::print_anomalies(&anomalies, now);
-        }
+    Scanned {
+        tasks,
+        ghosts,
+        anomalies,
     }
-    if zombies.is_empty() && workflows.is_empty() && ghosts.is_empty() && anomalies.is_empty() {
-        EXIT_OK
-    } else {
-        EXIT_FOUND
+}
+
+/// Everything the check found, as printed.
+struct Found {
+    line: DsLine,
+    candidates: usize,
+    now: Instant,
+    zombies: Vec<ZombieView>,
+    workflows: Vec<WorkflowView>,
+    ghosts: Vec<GhostView>,
+    anomalies: Vec<Anomaly>,
+}
+
+impl Found {
+    /// The first error of the task scan, the ghosts and the anomalies, in
+    /// that order, stops the check.
+    fn new(scanned: Scanned) -> Result<Found, Error> {
+        let (line, plan, findings) = scanned.tasks?;
+        let ghosts = scanned.ghosts?.iter().map(GhostView::new).collect();
+        let anomalies = scanned.anomalies?;
+        let now = plan.at;
+        Ok(Found {
+            line,
+            candidates: plan.candidates,
+            now,
+            zombies: plan
+                .zombies
+                .iter()
+                .map(|z| ZombieView::new(z, now))
+                .collect(),
+            workflows: findings.iter().map(WorkflowView::new).collect(),
+            ghosts,
+            anomalies,
+        })
+    }
+
+    fn is_empty(&self) -> bool {
+        self.zombies.is_empty()
+            && self.workflows.is_empty()
+            && self.ghosts.is_empty()
+            && self.anomalies.is_empty()
+    }
+
+    fn print_json(&self, s: &Settings) {
+        let doc = json!({
+            "ds_line": self.line.as_str(),
+            "registry": s.registry.kind.as_str(),
+            "candidates": self.candidates,
+            "zombies": self.zombies,
+            "workflows": self.workflows,
+            "ghosts": self.ghosts,
+            "anomalies": self.anomalies,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+    }
+
+    fn print_tables(&self, s: &Settings) {
+        println!("registry: {}", s.registry.kind.as_str());
+        print_table(self.line, self.candidates, &self.zombies);
+        print_workflows(&self.workflows);
+        print_ghosts(&self.ghosts);
+        super::anomalies::print_anomalies(&self.anomalies, self.now);
     }
 }

@@ -1,22 +1,25 @@
 //! The configuration as typed sections, one struct per `[section]` of SPEC §6.
 //!
-//! This file is the one place a key is written: its field (name, type, how its
-//! value is read) and, in the section's `Default`, its default. The loader, the
-//! `DS_REAPER__` overrides, the error messages, `config check` and the
-//! example-config test all follow from these types. Adding a key is a field
-//! here plus its documented line in `config.example.toml`.
+//! This module (with `registry`, the SPEC §14 sections) is the one place a key
+//! is written: its field (name, type, how its value is read) and, in the
+//! section's `Default`, its default. The loader, the `DS_REAPER__` overrides,
+//! the error messages, `config check` and the example-config test all follow
+//! from these types. Adding a key is a field here plus its documented line in
+//! `config.example.toml`.
 
 use super::choices::{
-    AgentWorker, LogFormat, ReasonName, RegistryKind, RuleAction, StalledAction, VersionSetting,
-    WorkflowAction,
+    AgentWorker, LogFormat, ReasonName, RuleAction, StalledAction, VersionSetting, WorkflowAction,
 };
 use super::redact::{Secret, SecretFile, SecretUrl};
 use super::values;
 use reaper_core::{Action, FollowUp, OwnerMaster, Zone};
+pub use registry::{Etcd, JdbcRegistry, RegistrySection, ZooKeeper};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
+
+mod registry;
 
 const fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
@@ -125,88 +128,6 @@ impl Default for DolphinScheduler {
         DolphinScheduler {
             version: VersionSetting::Auto,
             time_zone: Zone::Local,
-        }
-    }
-}
-
-/// `[registry]` (SPEC §14).
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct RegistrySection {
-    #[serde(rename = "type")]
-    pub kind: RegistryKind,
-}
-
-/// `[zookeeper]`
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ZooKeeper {
-    /// Comma-separated ensemble.
-    #[serde(deserialize_with = "values::non_empty")]
-    pub connect: String,
-    #[serde(deserialize_with = "values::registry_path")]
-    pub root: String,
-    #[serde(with = "values::duration")]
-    pub session_timeout: Duration,
-}
-
-impl Default for ZooKeeper {
-    fn default() -> Self {
-        ZooKeeper {
-            connect: "127.0.0.1:2181".into(),
-            root: "/dolphinscheduler".into(),
-            session_timeout: secs(30),
-        }
-    }
-}
-
-/// `[etcd]` (SPEC §14).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Etcd {
-    #[serde(deserialize_with = "values::endpoints")]
-    pub endpoints: Vec<String>,
-    /// DS's namespace, applied as a raw key prefix.
-    pub namespace: String,
-    pub user: String,
-    #[serde(with = "values::blank")]
-    pub password_file: Option<SecretFile>,
-    #[serde(with = "values::period")]
-    pub lease_ttl: Duration,
-}
-
-impl Default for Etcd {
-    fn default() -> Self {
-        Etcd {
-            endpoints: vec!["http://127.0.0.1:2379".into()],
-            namespace: "dolphinscheduler".into(),
-            user: String::new(),
-            password_file: None,
-            lease_ttl: secs(30),
-        }
-    }
-}
-
-/// `[jdbc_registry]` (SPEC §14).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct JdbcRegistry {
-    /// Unset: the `[database]` connection.
-    #[serde(with = "values::blank")]
-    pub url: Option<SecretUrl>,
-    #[serde(with = "values::period")]
-    pub poll_interval: Duration,
-    /// 3.1/3.2: DS's term-refresh-interval × term-expire-times.
-    #[serde(with = "values::period")]
-    pub expire_after: Duration,
-}
-
-impl Default for JdbcRegistry {
-    fn default() -> Self {
-        JdbcRegistry {
-            url: None,
-            poll_interval: secs(1),
-            expire_after: secs(6),
         }
     }
 }

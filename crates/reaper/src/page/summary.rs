@@ -112,20 +112,30 @@ fn card(h: &mut String, href: &str, key: &str, value: &str, detail: &str) {
 }
 
 pub(super) fn cards(h: &mut String, p: &Page) {
-    let st = &p.status;
-    let now = p.now;
     h.push_str("<div class=\"cards\">");
-    let num = |n: usize| {
-        format!(
-            "<span class=\"{}\">{n}</span>",
-            if n == 0 { "ok" } else { "bad" }
-        )
-    };
+    finding_cards(h, p);
+    server_cards(h, p);
+    registry_view_card(h, p);
+    brake_card(h, p);
+    last_sweep_card(h, p);
+    h.push_str("</div>");
+}
+
+/// A count, green at zero and red above.
+fn tinted_count(n: usize) -> String {
+    format!(
+        "<span class=\"{}\">{n}</span>",
+        if n == 0 { "ok" } else { "bad" }
+    )
+}
+
+/// The zombie tasks and the stuck workflows.
+fn finding_cards(h: &mut String, p: &Page) {
     card(
         h,
         "#zombies",
         "Zombie tasks",
-        &num(p.zombies_total),
+        &tinted_count(p.zombies_total),
         &if p.zombie_reasons.is_empty() {
             tr("none").into()
         } else {
@@ -137,13 +147,17 @@ pub(super) fn cards(h: &mut String, p: &Page) {
         h,
         "#workflows",
         "Stuck workflows",
-        &num(p.workflows.len()),
+        &tinted_count(p.workflows.len()),
         &if wf_reasons.is_empty() {
             tr("none").into()
         } else {
             reasons_line(&wf_reasons)
         },
     );
+}
+
+/// The live workers with their agents, and the live masters.
+fn server_cards(h: &mut String, p: &Page) {
     let (mut fresh, mut stale, mut none) = (0, 0, 0);
     for w in &p.workers.workers {
         match &w.agent {
@@ -176,7 +190,10 @@ pub(super) fn cards(h: &mut String, p: &Page) {
         &p.workers.masters.len().to_string(),
         &format!("{} {}", p.workers.lost.len(), tr("recently lost")),
     );
-    let rv = &st.registry_view;
+}
+
+fn registry_view_card(h: &mut String, p: &Page) {
+    let rv = &p.status.registry_view;
     card(
         h,
         "#workers",
@@ -191,7 +208,7 @@ pub(super) fn cards(h: &mut String, p: &Page) {
                 "{} · {} {}",
                 esc(rv.registry),
                 tr("since"),
-                ago(Some(rv.since), now)
+                ago(Some(rv.since), p.now)
             )
         } else {
             format!(
@@ -199,35 +216,42 @@ pub(super) fn cards(h: &mut String, p: &Page) {
                 esc(rv.registry),
                 opt(rv.reason.as_deref()),
                 tr("since"),
-                ago(Some(rv.since), now)
+                ago(Some(rv.since), p.now)
             )
         },
     );
+}
+
+fn brake_card(h: &mut String, p: &Page) {
+    let brake = &p.status.brake;
     card(
         h,
         "#audit",
         "Brake",
-        &if st.brake.engaged {
+        &if brake.engaged {
             format!("<span class=\"bad\">{}</span>", tr("ENGAGED"))
         } else {
             format!("<span class=\"ok\">{}</span>", tr("released"))
         },
-        &if st.brake.engaged {
+        &if brake.engaged {
             format!(
                 "{} · {}",
-                ago(st.brake.since, now),
-                opt(st.brake.why.as_deref())
+                ago(brake.since, p.now),
+                opt(brake.why.as_deref())
             )
         } else {
             tr("actions allowed").into()
         },
     );
-    match &st.last_sweep {
+}
+
+fn last_sweep_card(h: &mut String, p: &Page) {
+    match &p.status.last_sweep {
         Some(s) => card(
             h,
             "#charts",
             "Last sweep",
-            &ago(Some(s.at), now),
+            &ago(Some(s.at), p.now),
             &format!(
                 "<span class=\"{}\">{}</span> · {} · {} · {}{}",
                 if s.result.as_str() == "ok" {
@@ -247,7 +271,6 @@ pub(super) fn cards(h: &mut String, p: &Page) {
         ),
         None => card(h, "#charts", "Last sweep", "-", tr("no sweep yet")),
     }
-    h.push_str("</div>");
 }
 
 pub(super) fn charts(h: &mut String, p: &Page) {

@@ -2,11 +2,18 @@
 //! and a standby ResourceManager (the real MiniYARNCluster tests are in
 //! tests/yarn), and the learned-ids file.
 
+use super::rm::absolute;
 use super::*;
+use crate::config::yarn::Yarn;
 use axum::extract::{Path as UrlPath, RawQuery, State};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::IntoResponse;
-use std::sync::Arc;
+use reaper_core::Instant;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 fn learned(task_id: i64, app_id: &str) -> Learned {
     Learned {
