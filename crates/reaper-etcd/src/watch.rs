@@ -19,14 +19,15 @@
 //! waiter, so the keys under the line's lock directories are the holders,
 //! known at the read's revision and followed from it like every other key.
 
-use crate::keys::prefix_end;
+mod stream;
+
+pub(crate) use stream::{open_watches, Progress};
+
 use crate::listing::{read_all, Kv, Snapshot};
 use crate::registry::{lock, Inner};
-use crate::{bounded, EtcdError};
+use crate::EtcdError;
 use chrono::Utc;
-use etcd_client::{
-    EventType, WatchClient, WatchOptions, WatchRequestSender, WatchResponse, WatchStream,
-};
+use etcd_client::{EventType, KvClient, WatchClient, WatchResponse, WatchStream};
 use reaper_core::registry::{
     may_concern_servers, Backoff, Changes, FailoverLockLayout, Gap, ListedNode, Listing,
 };
@@ -35,8 +36,8 @@ use reaper_core::RegistryView;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
+use stream::cancel_reason;
 use tokio::sync::watch;
-use tokio::time::Instant as Tick;
 
 /// Coalesced heartbeat data is applied this often.
 pub(crate) const FLUSH_TICK: Duration = Duration::from_millis(500);
@@ -56,10 +57,35 @@ pub(crate) enum Outcome {
     },
 }
 
-/// How often the watch stream is asked for its progress: often enough that
-/// a silent server is noticed within about twice the request timeout.
-fn progress_every(rt: Duration) -> Duration {
-    rt.clamp(Duration::from_millis(200), Duration::from_secs(5))
+/// Why a step of a cycle stopped.
+enum Stop {
+    /// A compaction got in the way: everything is read again.
+    ReadAgain,
+    /// The cycle is over.
+    End(Outcome),
+}
+
+/// What a cycle keeps across its reads.
+struct Cycle {
+    rt: Duration,
+    prefixes: Vec<String>,
+    kv: KvClient,
+    wc: WatchClient,
+    /// Fresh reads forced by compaction in a row.
+    compacted_reads: u32,
+    /// Whether a read completed (the client itself works).
+    listed: bool,
+}
+
+impl Cycle {
+    /// Whether one more compaction may force a fresh read; counts it.
+    fn read_again(&mut self) -> bool {
+        if self.compacted_reads < MAX_COMPACTED_READS {
+            self.compacted_reads += 1;
+            return true;
+        }
+        false
+    }
 }
 
 /// The registry's state across cycles: the membership machine and what it
@@ -147,105 +173,127 @@ impl Watcher {
         client: &etcd_client::Client,
         backoff: &mut Backoff,
     ) -> Outcome {
-        let rt = self.inner.settings.request_timeout;
-        let prefixes = self.prefixes();
-        let mut kv = client.kv_client();
-        let mut wc = client.watch_client();
-        let mut compacted_reads = 0;
-        let mut listed = false;
-        'read: loop {
-            let snap = match read_all(&mut kv, &prefixes, rt).await {
-                Ok(s) => s,
-                Err(EtcdError::Compacted(_)) if compacted_reads < MAX_COMPACTED_READS => {
-                    compacted_reads += 1;
-                    self.compacted("the read's revision was compacted while paging");
-                    continue 'read;
+        let mut cycle = Cycle {
+            rt: self.inner.settings.request_timeout,
+            prefixes: self.prefixes(),
+            kv: client.kv_client(),
+            wc: client.watch_client(),
+            compacted_reads: 0,
+            listed: false,
+        };
+        loop {
+            let stop = match self.read_and_watch(&mut cycle).await {
+                Ok(stream) => {
+                    backoff.reset();
+                    self.follow(stream, &mut cycle).await
                 }
-                Err(e) => {
-                    return Outcome::Ended {
-                        reason: format!("reading the registry: {e}"),
-                        listed,
-                    }
-                }
+                Err(stop) => stop,
             };
-            if let Some(hook) = &self.inner.hooks.after_read {
-                hook(snap.revision).await;
-            }
-            let (stream, early) =
-                match open_watches(&mut wc, &prefixes, snap.revision + 1, rt).await {
-                    Ok(s) => s,
-                    Err(EtcdError::Compacted(_)) if compacted_reads < MAX_COMPACTED_READS => {
-                        compacted_reads += 1;
-                        self.compacted("revision compacted before the watch was created");
-                        continue 'read;
-                    }
-                    Err(e) => {
-                        return Outcome::Ended {
-                            reason: format!("watching the registry: {e}"),
-                            listed: true,
-                        }
-                    }
-                };
-            listed = true;
-            let (mut sender, mut stream) = stream.split();
-            self.apply_snapshot(snap);
-            for resp in early {
-                self.handle(&resp);
-            }
-            backoff.reset();
-            let mut flush = tokio::time::interval(FLUSH_TICK);
-            flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut progress = Progress::new(rt);
-            loop {
-                tokio::select! {
-                    _ = self.inner.cancel.cancelled() => return Outcome::Cancelled,
-                    m = stream.message() => match m {
-                        Ok(Some(resp)) => {
-                            progress.heard();
-                            if resp.canceled() {
-                                if resp.compact_revision() > 0
-                                    && compacted_reads < MAX_COMPACTED_READS
-                                {
-                                    compacted_reads += 1;
-                                    self.compacted(&format!(
-                                        "etcd cancelled the watch: revision compacted (now {})",
-                                        resp.compact_revision()
-                                    ));
-                                    continue 'read;
-                                }
-                                return Outcome::Ended {
-                                    reason: format!(
-                                        "etcd cancelled the registry watch: {}",
-                                        cancel_reason(&resp)
-                                    ),
-                                    listed,
-                                };
-                            }
-                            compacted_reads = 0;
-                            self.handle(&resp);
-                        }
-                        Ok(None) => {
-                            return Outcome::Ended {
-                                reason: "the etcd watch stream ended".into(),
-                                listed,
-                            }
-                        }
-                        Err(e) => {
-                            return Outcome::Ended {
-                                reason: format!("the etcd watch stream failed: {e}"),
-                                listed,
-                            }
-                        }
-                    },
-                    r = progress.check(&mut sender) => {
-                        if let Err(reason) = r {
-                            return Outcome::Ended { reason, listed };
-                        }
-                    }
-                    _ = flush.tick() => self.flush(),
-                }
+            if let Stop::End(outcome) = stop {
+                return outcome;
             }
         }
+    }
+
+    /// Reads everything, opens the watches from the read's revision and
+    /// applies what both brought: the view is valid from now.
+    async fn read_and_watch(&mut self, cycle: &mut Cycle) -> Result<WatchStream, Stop> {
+        let rt = cycle.rt;
+        let snap = match read_all(&mut cycle.kv, &cycle.prefixes, rt).await {
+            Ok(s) => s,
+            Err(EtcdError::Compacted(_)) if cycle.read_again() => {
+                self.compacted("the read's revision was compacted while paging");
+                return Err(Stop::ReadAgain);
+            }
+            Err(e) => {
+                return Err(Stop::End(Outcome::Ended {
+                    reason: format!("reading the registry: {e}"),
+                    listed: cycle.listed,
+                }))
+            }
+        };
+        if let Some(hook) = &self.inner.hooks.after_read {
+            hook(snap.revision).await;
+        }
+        let start = snap.revision + 1;
+        let (stream, early) = match open_watches(&mut cycle.wc, &cycle.prefixes, start, rt).await {
+            Ok(s) => s,
+            Err(EtcdError::Compacted(_)) if cycle.read_again() => {
+                self.compacted("revision compacted before the watch was created");
+                return Err(Stop::ReadAgain);
+            }
+            Err(e) => {
+                return Err(Stop::End(Outcome::Ended {
+                    reason: format!("watching the registry: {e}"),
+                    listed: true,
+                }))
+            }
+        };
+        cycle.listed = true;
+        self.apply_snapshot(snap);
+        for resp in early {
+            self.handle(&resp);
+        }
+        Ok(stream)
+    }
+
+    /// Applies the stream's events until it fails, goes silent or is
+    /// cancelled.
+    async fn follow(&mut self, stream: WatchStream, cycle: &mut Cycle) -> Stop {
+        let (mut sender, mut stream) = stream.split();
+        let listed = cycle.listed;
+        let mut flush = tokio::time::interval(FLUSH_TICK);
+        flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut progress = Progress::new(cycle.rt);
+        loop {
+            tokio::select! {
+                _ = self.inner.cancel.cancelled() => return Stop::End(Outcome::Cancelled),
+                m = stream.message() => match m {
+                    Ok(Some(resp)) => {
+                        progress.heard();
+                        if resp.canceled() {
+                            return self.watch_cancelled(&resp, cycle);
+                        }
+                        cycle.compacted_reads = 0;
+                        self.handle(&resp);
+                    }
+                    Ok(None) => {
+                        return Stop::End(Outcome::Ended {
+                            reason: "the etcd watch stream ended".into(),
+                            listed,
+                        })
+                    }
+                    Err(e) => {
+                        return Stop::End(Outcome::Ended {
+                            reason: format!("the etcd watch stream failed: {e}"),
+                            listed,
+                        })
+                    }
+                },
+                r = progress.check(&mut sender) => {
+                    if let Err(reason) = r {
+                        return Stop::End(Outcome::Ended { reason, listed });
+                    }
+                }
+                _ = flush.tick() => self.flush(),
+            }
+        }
+    }
+
+    /// etcd cancelled the watch: a compaction means reading afresh; anything
+    /// else ends the cycle.
+    fn watch_cancelled(&mut self, resp: &WatchResponse, cycle: &mut Cycle) -> Stop {
+        if resp.compact_revision() > 0 && cycle.read_again() {
+            self.compacted(&format!(
+                "etcd cancelled the watch: revision compacted (now {})",
+                resp.compact_revision()
+            ));
+            return Stop::ReadAgain;
+        }
+        Stop::End(Outcome::Ended {
+            reason: format!("etcd cancelled the registry watch: {}", cancel_reason(resp)),
+            listed: cycle.listed,
+        })
     }
 
     fn compacted(&mut self, what: &str) {
@@ -377,112 +425,6 @@ impl Watcher {
     }
 }
 
-fn cancel_reason(resp: &WatchResponse) -> String {
-    match resp.cancel_reason() {
-        "" => "no reason given".to_string(),
-        r => r.to_string(),
-    }
-}
-
-/// Keeps asking a watch stream for its progress: a stream that stays silent
-/// for the request timeout after being asked is down, even if its
-/// connection still looks open (a stopped or partitioned server).
-pub(crate) struct Progress {
-    rt: Duration,
-    every: tokio::time::Interval,
-    /// When a progress request was sent and nothing has arrived since.
-    asked: Option<Tick>,
-}
-
-impl Progress {
-    pub(crate) fn new(rt: Duration) -> Progress {
-        let period = progress_every(rt);
-        let mut every = tokio::time::interval_at(Tick::now() + period, period);
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        Progress {
-            rt,
-            every,
-            asked: None,
-        }
-    }
-
-    /// Something arrived on the stream.
-    pub(crate) fn heard(&mut self) {
-        self.asked = None;
-    }
-
-    /// Waits for the next tick, then asks for progress, or fails when the
-    /// last request went unanswered for the request timeout. Cancel-safe.
-    pub(crate) async fn check(&mut self, sender: &mut WatchRequestSender) -> Result<(), String> {
-        self.every.tick().await;
-        let rt = self.rt;
-        match self.asked {
-            Some(t) if t.elapsed() >= rt => Err(format!(
-                "etcd did not answer a watch progress request within {rt:?}"
-            )),
-            Some(_) => Ok(()),
-            None => match tokio::time::timeout(rt, sender.request_progress()).await {
-                Ok(Ok(())) => {
-                    self.asked = Some(Tick::now());
-                    Ok(())
-                }
-                _ => Err("the etcd watch stream is closed".into()),
-            },
-        }
-    }
-}
-
-/// Opens one stream with a watch per prefix from `start`, and waits (within
-/// `rt`) until etcd confirmed every one. Responses with events that arrive
-/// meanwhile are returned to be applied after the read.
-pub(crate) async fn open_watches(
-    wc: &mut WatchClient,
-    prefixes: &[String],
-    start: i64,
-    rt: Duration,
-) -> Result<(WatchStream, Vec<WatchResponse>), EtcdError> {
-    let deadline = Tick::now() + rt;
-    let opts = |p: &str| {
-        WatchOptions::new()
-            .with_range(prefix_end(p.as_bytes()))
-            .with_start_revision(start)
-    };
-    let (first, rest) = prefixes
-        .split_first()
-        .ok_or_else(|| EtcdError::Watch("nothing to watch".into()))?;
-    let left = deadline.saturating_duration_since(Tick::now());
-    let mut stream = bounded("watch", left, wc.watch(first.as_str(), Some(opts(first)))).await?;
-    for p in rest {
-        let left = deadline.saturating_duration_since(Tick::now());
-        bounded("watch", left, stream.watch(p.as_str(), Some(opts(p)))).await?;
-    }
-    let mut created = 0;
-    let mut early = Vec::new();
-    while created < prefixes.len() {
-        let left = deadline.saturating_duration_since(Tick::now());
-        let resp = match bounded("watch", left, stream.message()).await? {
-            Some(r) => r,
-            None => return Err(EtcdError::Watch("the stream ended".into())),
-        };
-        if resp.canceled() {
-            if resp.compact_revision() > 0 {
-                return Err(EtcdError::Compacted("watch"));
-            }
-            return Err(EtcdError::Watch(format!(
-                "etcd cancelled the watch: {}",
-                cancel_reason(&resp)
-            )));
-        }
-        if resp.created() {
-            created += 1;
-        }
-        if !resp.events().is_empty() {
-            early.push(resp);
-        }
-    }
-    Ok((stream, early))
-}
-
 /// Writes what the membership machine noted.
 fn log(notes: &[Note]) {
     for n in notes {
@@ -504,23 +446,5 @@ fn log(notes: &[Note]) {
                 "agent report unreadable; the agent counts as not fresh")
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn progress_is_asked_often_enough() {
-        assert_eq!(
-            progress_every(Duration::from_secs(10)),
-            Duration::from_secs(5)
-        );
-        assert_eq!(
-            progress_every(Duration::from_secs(2)),
-            Duration::from_secs(2)
-        );
-        assert_eq!(progress_every(Duration::ZERO), Duration::from_millis(200));
     }
 }

@@ -30,14 +30,12 @@
 //! server itself: through a pooler in transaction mode (PgBouncer, ProxySQL)
 //! session locks do not hold.
 
+mod conn;
+
 use crate::error::{bounded, JdbcError};
 use crate::settings::JdbcSettings;
+use conn::{LockConn, Target};
 use reaper_core::registry::Backoff;
-use reaper_sql::connect::{mysql_options, pg_options, redact_url, DbKind};
-use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlRow};
-use sqlx::postgres::{PgConnectOptions, PgConnection};
-use sqlx::ConnectOptions;
-use sqlx::{Connection, Executor, Row};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -53,10 +51,6 @@ pub const LEADER_KEY: i64 = 0x6473_7265_6170_6572;
 /// The MySQL/MariaDB lock name. User-level locks are server-wide: ds-reaper
 /// deployments for two DS databases on one server need different names.
 pub const LEADER_LOCK: &str = "ds-reaper-leader";
-/// What a PostgreSQL lock connection calls itself; the id follows.
-const APP_PREFIX: &str = "ds-reaper:";
-/// What a MySQL ping carries in its comment; the hex-encoded id follows.
-const MARK: &str = "ds-reaper leader id=";
 
 /// How the election behaves.
 #[derive(Debug, Clone)]
@@ -212,244 +206,6 @@ impl JdbcLeader {
         }
     }
 }
-
-/// Where the lock connection goes.
-enum Target {
-    My(MySqlConnectOptions),
-    Pg(PgConnectOptions),
-}
-
-impl Target {
-    fn new(s: &JdbcSettings, id: &str) -> Result<Target, JdbcError> {
-        let bad = |e: sqlx::Error| JdbcError::BadUrl(format!("{}: {e}", redact_url(&s.url)));
-        match s.kind() {
-            Some(DbKind::MySql) => {
-                let o = mysql_options(&s.url, s.password.as_deref()).map_err(bad)?;
-                // The ping sleeps on purpose: not a slow statement to warn about.
-                Ok(Target::My(o.log_slow_statements(
-                    log::LevelFilter::Off,
-                    std::time::Duration::from_secs(3600),
-                )))
-            }
-            Some(DbKind::Postgres) => {
-                let o = pg_options(&s.url, s.password.as_deref()).map_err(bad)?;
-                Ok(Target::Pg(
-                    o.application_name(&app_name(id)).log_slow_statements(
-                        log::LevelFilter::Off,
-                        std::time::Duration::from_secs(3600),
-                    ),
-                ))
-            }
-            None => Err(JdbcError::BadUrl(redact_url(&s.url))),
-        }
-    }
-
-    /// Connects, lifts any statement limit (the ping sleeps on purpose) and
-    /// reads the session's id.
-    async fn connect(&self) -> Result<(LockConn, i64), JdbcError> {
-        const WHAT: &str = "leader election: connecting";
-        match self {
-            Target::My(o) => {
-                let mut c = MySqlConnection::connect_with(o)
-                    .await
-                    .map_err(JdbcError::db(WHAT))?;
-                // MariaDB; MySQL has no such variable and bounds no SLEEP
-                let _ = c.execute("SET SESSION max_statement_time = 0").await;
-                let id: i64 = sqlx::query_scalar("SELECT CAST(CONNECTION_ID() AS SIGNED)")
-                    .fetch_one(&mut c)
-                    .await
-                    .map_err(JdbcError::db(WHAT))?;
-                Ok((LockConn::My(c), id))
-            }
-            Target::Pg(o) => {
-                let mut c = PgConnection::connect_with(o)
-                    .await
-                    .map_err(JdbcError::db(WHAT))?;
-                c.execute("SET statement_timeout = 0")
-                    .await
-                    .map_err(JdbcError::db(WHAT))?;
-                let id: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-                    .fetch_one(&mut c)
-                    .await
-                    .map_err(JdbcError::db(WHAT))?;
-                Ok((LockConn::Pg(c), i64::from(id)))
-            }
-        }
-    }
-}
-
-/// `application_name` of a PostgreSQL lock connection (63 bytes at most).
-fn app_name(id: &str) -> String {
-    let mut s = format!("{APP_PREFIX}{id}");
-    while s.len() > 63 {
-        s.pop();
-    }
-    s
-}
-
-fn hex(s: &str) -> String {
-    s.bytes().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Option<String> {
-    let bytes: Option<Vec<u8>> = (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok())
-        .collect();
-    String::from_utf8(bytes?).ok()
-}
-
-/// The id in a MySQL ping's text (`PROCESSLIST.INFO`), if it is one.
-fn id_from_info(info: &str) -> Option<String> {
-    let rest = &info[info.find(MARK)? + MARK.len()..];
-    let end = rest.find(|c: char| !c.is_ascii_hexdigit())?;
-    unhex(&rest[..end]).filter(|s| !s.is_empty())
-}
-
-/// One lock connection.
-enum LockConn {
-    My(MySqlConnection),
-    Pg(PgConnection),
-}
-
-fn my_text(r: &MySqlRow, i: usize) -> Option<String> {
-    match r.try_get::<Option<String>, _>(i) {
-        Ok(v) => v,
-        Err(_) => r
-            .try_get::<Option<Vec<u8>>, _>(i)
-            .ok()
-            .flatten()
-            .map(|b| String::from_utf8_lossy(&b).into_owned()),
-    }
-}
-
-/// PostgreSQL shows a bigint advisory key as two oids.
-fn halves(key: i64) -> (i64, i64) {
-    ((key >> 32) & 0xffff_ffff, key & 0xffff_ffff)
-}
-
-impl LockConn {
-    /// Tries the lock once: whether it is ours now, and, if not, who holds it.
-    async fn try_acquire(
-        &mut self,
-        o: &LeaderOptions,
-    ) -> Result<(bool, Option<String>), JdbcError> {
-        const WHAT: &str = "leader election: trying the lock";
-        match self {
-            LockConn::My(c) => {
-                // text protocol: the values are checked literals
-                let sql = format!(
-                    "SELECT GET_LOCK('{n}', 0), \
-                     (SELECT INFO FROM information_schema.PROCESSLIST WHERE ID = IS_USED_LOCK('{n}'))",
-                    n = o.lock_name
-                );
-                let row = c
-                    .fetch_one(sqlx::raw_sql(&sql))
-                    .await
-                    .map_err(JdbcError::db(WHAT))?;
-                let got = row
-                    .try_get::<Option<i64>, _>(0)
-                    .map_err(JdbcError::db(WHAT))?;
-                let who = my_text(&row, 1).as_deref().and_then(id_from_info);
-                Ok((got == Some(1), who))
-            }
-            LockConn::Pg(c) => {
-                let (hi, lo) = halves(o.pg_key);
-                let row = sqlx::query(
-                    "SELECT pg_try_advisory_lock($1), \
-                     (SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
-                      WHERE l.locktype = 'advisory' AND l.granted AND l.pid <> pg_backend_pid() \
-                      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
-                      AND l.classid = $2::bigint::oid AND l.objid = $3::bigint::oid AND l.objsubid = 1 \
-                      LIMIT 1)",
-                )
-                .bind(o.pg_key)
-                .bind(hi)
-                .bind(lo)
-                .fetch_one(&mut *c)
-                .await
-                .map_err(JdbcError::db(WHAT))?;
-                let got: bool = row.try_get(0).map_err(JdbcError::db(WHAT))?;
-                let who = row
-                    .try_get::<Option<String>, _>(1)
-                    .ok()
-                    .flatten()
-                    .and_then(|a| a.strip_prefix(APP_PREFIX).map(str::to_string))
-                    .filter(|s| !s.is_empty());
-                Ok((got, who))
-            }
-        }
-    }
-
-    /// Checks the lock is still this session's, then sleeps `sleep` on the
-    /// server: a failure of the connection meanwhile ends it at once.
-    async fn ping(&mut self, o: &LeaderOptions, sleep: Duration) -> Result<bool, JdbcError> {
-        const WHAT: &str = "leader election: ping";
-        match self {
-            LockConn::My(c) => {
-                let sql = format!(
-                    "SELECT /* {MARK}{id} */ IS_USED_LOCK('{n}') = CONNECTION_ID(), SLEEP({s:.3})",
-                    id = hex(&o.id),
-                    n = o.lock_name,
-                    s = sleep.as_secs_f64()
-                );
-                let row = c
-                    .fetch_one(sqlx::raw_sql(&sql))
-                    .await
-                    .map_err(JdbcError::db(WHAT))?;
-                let held = row
-                    .try_get::<Option<i64>, _>(0)
-                    .map_err(JdbcError::db(WHAT))?;
-                Ok(held == Some(1))
-            }
-            LockConn::Pg(c) => {
-                let (hi, lo) = halves(o.pg_key);
-                let held: bool = sqlx::query_scalar(
-                    "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted \
-                     AND pid = pg_backend_pid() AND classid = $1::bigint::oid \
-                     AND objid = $2::bigint::oid AND objsubid = 1) FROM pg_sleep($3)",
-                )
-                .bind(hi)
-                .bind(lo)
-                .bind(sleep.as_secs_f64())
-                .fetch_one(&mut *c)
-                .await
-                .map_err(JdbcError::db(WHAT))?;
-                Ok(held)
-            }
-        }
-    }
-
-    /// Releases the lock and closes the connection, bounded by `connect_timeout`
-    /// (closing alone would release it too).
-    async fn finish(self, o: &LeaderOptions) {
-        if tokio::time::timeout(o.connect_timeout, self.release(o))
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                "leader election: releasing the lock timed out; the connection is dropped"
-            );
-        }
-    }
-
-    async fn release(self, o: &LeaderOptions) {
-        match self {
-            LockConn::My(mut c) => {
-                let sql = format!("SELECT RELEASE_LOCK('{}')", o.lock_name);
-                let _ = c.execute(sqlx::raw_sql(&sql)).await;
-                let _ = c.close().await;
-            }
-            LockConn::Pg(mut c) => {
-                let _ = sqlx::query("SELECT pg_advisory_unlock($1)")
-                    .bind(o.pg_key)
-                    .execute(&mut c)
-                    .await;
-                let _ = c.close().await;
-            }
-        }
-    }
-}
-
 fn backoff() -> Backoff {
     let seed = std::collections::hash_map::RandomState::new()
         .build_hasher()
@@ -495,6 +251,24 @@ async fn run(target: Target, o: LeaderOptions, seen: Arc<Seen>, cancel: Cancella
     }
     seen.lost();
 }
+/// What every step on a lock connection needs.
+struct Ctx<'a> {
+    o: &'a LeaderOptions,
+    seen: &'a Seen,
+    cancel: &'a CancellationToken,
+}
+
+/// Where a step on a lock connection leads.
+enum Step {
+    /// The lock is this session's since then.
+    Got(Tick),
+    /// On with the connection.
+    Go,
+    /// A statement was cut short: the connection is not reused.
+    CutShort,
+    /// Cancelled: release the lock and close.
+    Resign,
+}
 
 /// Serves one lock connection: Ok when cancelled, Err when it must be replaced.
 async fn session(
@@ -504,121 +278,107 @@ async fn session(
     cancel: &CancellationToken,
     backoff: &mut Backoff,
 ) -> Result<(), JdbcError> {
+    let cx = Ctx { o, seen, cancel };
     let mut held_since: Option<Tick> = None;
     loop {
-        if held_since.is_none() {
-            let trying = bounded(
-                "leader election: trying the lock",
-                o.connect_timeout,
-                conn.try_acquire(o),
-            );
-            let r = cancel.run_until_cancelled(trying).await;
-            let Some(r) = r else {
-                // a statement was cut short: the connection is not reused; closing
-                // the socket ends the session and any lock it got
+        let step = match held_since {
+            None => try_lock(&mut conn, &cx, backoff).await?,
+            Some(since) => hold(&mut conn, &cx, since).await?,
+        };
+        match step {
+            Step::Got(since) => held_since = Some(since),
+            Step::Go => {}
+            Step::CutShort => {
+                // closing the socket ends the session and any lock it got
                 drop(conn);
                 return Ok(());
-            };
-            let (got, who) = r?;
-            backoff.reset();
-            if got {
-                tracing::info!(takeover_delay = ?o.takeover_delay(), "leader lock acquired");
-                held_since = Some(Tick::now());
-                *lock(&seen.leader) = None;
-            } else {
-                seen.set(false);
-                *lock(&seen.leader) = who;
-                if cancel
-                    .run_until_cancelled(tokio::time::sleep(o.retry_interval))
-                    .await
-                    .is_none()
-                {
-                    conn.finish(o).await;
-                    return Ok(());
-                }
-                continue;
             }
-        }
-        // Holding the lock: a ping in flight, sleeping on the server.
-        let limit = o.ping_interval + o.ping_timeout;
-        let outcome = {
-            let ping = bounded(
-                "leader election: ping",
-                limit,
-                conn.ping(o, o.ping_interval),
-            );
-            tokio::pin!(ping);
-            tokio::select! {
-                r = &mut ping => Some(r),
-                _ = cancel.cancelled() => {
-                    // resign first, then let the ping end so the lock can be released
-                    seen.lost();
-                    let _ = ping.await;
-                    None
-                }
-            }
-        };
-        match outcome {
-            None => {
+            Step::Resign => {
                 conn.finish(o).await;
                 return Ok(());
             }
-            Some(Ok(true)) => {
-                let due = held_since.is_some_and(|t| t.elapsed() >= o.takeover_delay());
-                if due && !*seen.tx.borrow() {
-                    *lock(&seen.leader) = Some(o.id.clone());
-                    seen.set(true);
-                }
-            }
-            Some(Ok(false)) => {
+        }
+    }
+}
+
+/// A standby's try of the lock; when another holds it, waits `retry_interval`.
+async fn try_lock(
+    conn: &mut LockConn,
+    cx: &Ctx<'_>,
+    backoff: &mut Backoff,
+) -> Result<Step, JdbcError> {
+    let o = cx.o;
+    let trying = bounded(
+        "leader election: trying the lock",
+        o.connect_timeout,
+        conn.try_acquire(o),
+    );
+    let r = cx.cancel.run_until_cancelled(trying).await;
+    let Some(r) = r else {
+        return Ok(Step::CutShort);
+    };
+    let (got, who) = r?;
+    backoff.reset();
+    if got {
+        tracing::info!(takeover_delay = ?o.takeover_delay(), "leader lock acquired");
+        let since = Tick::now();
+        *lock(&cx.seen.leader) = None;
+        return Ok(Step::Got(since));
+    }
+    cx.seen.set(false);
+    *lock(&cx.seen.leader) = who;
+    if cx
+        .cancel
+        .run_until_cancelled(tokio::time::sleep(o.retry_interval))
+        .await
+        .is_none()
+    {
+        return Ok(Step::Resign);
+    }
+    Ok(Step::Go)
+}
+
+/// Holding the lock: a ping in flight, sleeping on the server. Leads once the
+/// lock was held for the takeover delay; Err when the lock is lost.
+async fn hold(conn: &mut LockConn, cx: &Ctx<'_>, held_since: Tick) -> Result<Step, JdbcError> {
+    let (o, seen) = (cx.o, cx.seen);
+    let limit = o.ping_interval + o.ping_timeout;
+    let outcome = {
+        let ping = bounded(
+            "leader election: ping",
+            limit,
+            conn.ping(o, o.ping_interval),
+        );
+        tokio::pin!(ping);
+        tokio::select! {
+            r = &mut ping => Some(r),
+            _ = cx.cancel.cancelled() => {
+                // resign first, then let the ping end so the lock can be released
                 seen.lost();
-                return Err(JdbcError::LockLost);
+                let _ = ping.await;
+                None
             }
-            Some(Err(e)) => {
-                seen.lost();
-                return Err(e);
+        }
+    };
+    match outcome {
+        None => Ok(Step::Resign),
+        Some(Ok(true)) => {
+            if held_since.elapsed() >= o.takeover_delay() && !*seen.tx.borrow() {
+                *lock(&seen.leader) = Some(o.id.clone());
+                seen.set(true);
             }
+            Ok(Step::Go)
+        }
+        Some(Ok(false)) => {
+            seen.lost();
+            Err(JdbcError::LockLost)
+        }
+        Some(Err(e)) => {
+            seen.lost();
+            Err(e)
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ids_travel_through_the_ping_text() {
-        let info = format!(
-            "SELECT /* {MARK}{} */ IS_USED_LOCK('x') = CONNECTION_ID(), SLEEP(1.000)",
-            hex("host-a:1234 */ DROP")
-        );
-        assert_eq!(id_from_info(&info).as_deref(), Some("host-a:1234 */ DROP"));
-        assert_eq!(id_from_info("SELECT GET_LOCK('ds-reaper-leader', 0)"), None);
-        assert_eq!(id_from_info(&format!("/* {MARK}zz */")), None);
-    }
-
-    #[test]
-    fn application_names_fit() {
-        assert_eq!(app_name("r1"), "ds-reaper:r1");
-        let long = "x".repeat(100);
-        assert_eq!(app_name(&long).len(), 63);
-        assert_eq!(app_name("é".repeat(40).as_str()).len(), 62);
-    }
-
-    #[test]
-    fn key_halves_are_what_pg_locks_shows() {
-        assert_eq!(halves(LEADER_KEY), (0x6473_7265, 0x6170_6572));
-        assert_eq!(halves(-1), (0xffff_ffff, 0xffff_ffff));
-    }
-
-    #[test]
-    fn options() {
-        let mut o = LeaderOptions::new("r1");
-        assert_eq!(o.takeover_delay(), Duration::from_secs(3));
-        assert!(o.check().is_ok());
-        o.lock_name = "x'; DROP".into();
-        assert!(o.check().is_err());
-        o.lock_name = "a".repeat(65);
-        assert!(o.check().is_err());
-    }
-}
+mod tests;

@@ -18,11 +18,14 @@
 //! learned catalog ([`fit_command`]): a release without the column does not
 //! write it either.
 
+mod json;
 pub(crate) mod tx;
 
 use crate::schema::{names, Catalog, DefCols, WorkerGroupCol, COMMAND};
 use crate::{FollowUpOutcome, FollowUpRequest};
 use chrono::NaiveDateTime;
+pub(crate) use json::{param_names_instance, restart_state_history};
+use json::{recover_param, wf_status_name_33, with_tz};
 use reaper_core::{Action, DsLine, FollowUp};
 
 /// `CommandType` codes.
@@ -117,61 +120,6 @@ pub(crate) struct Facts {
     pub live_owner: Option<String>,
     /// `t_ds_schedules.timezone_id` of the definition, if scheduled (3.1/3.2).
     pub schedule_tz: Option<String>,
-}
-
-/// dev `WorkflowExecutionStatus` names, for the failover command's param.
-fn wf_status_name_33(code: i32) -> Option<&'static str> {
-    Some(match code {
-        0 => "SUBMITTED_SUCCESS",
-        1 => "RUNNING_EXECUTION",
-        2 => "READY_PAUSE",
-        3 => "PAUSE",
-        4 => "READY_STOP",
-        5 => "STOP",
-        6 => "FAILURE",
-        7 => "SUCCESS",
-        14 => "SERIAL_WAIT",
-        17 => "WAIT_TO_RUN",
-        18 => "FAILOVER",
-        _ => return None,
-    })
-}
-
-/// `{"ProcessInstanceId":N}` plus, on 3.1+, `StartParams` copied from the
-/// instance's own param (`createCommandParams`) when `with_start_params`.
-fn recover_param(
-    wf_id: i64,
-    wf: &WfRow,
-    with_start_params: bool,
-) -> serde_json::Map<String, serde_json::Value> {
-    let mut m = serde_json::Map::new();
-    if with_start_params {
-        if let Some(sp) = wf
-            .command_param
-            .as_deref()
-            .and_then(|p| serde_json::from_str::<serde_json::Value>(p).ok())
-            .and_then(|v| v.get("StartParams").cloned())
-        {
-            if !sp.is_null() {
-                m.insert("StartParams".into(), sp);
-            }
-        }
-    }
-    m.insert("ProcessInstanceId".into(), serde_json::Value::from(wf_id));
-    m
-}
-
-fn with_tz(
-    mut m: serde_json::Map<String, serde_json::Value>,
-    tz: &Option<String>,
-) -> serde_json::Map<String, serde_json::Value> {
-    if let Some(tz) = tz {
-        m.insert(
-            "schedule_timezone".into(),
-            serde_json::Value::from(tz.clone()),
-        );
-    }
-    m
 }
 
 /// What every workflow write checks first, on the row locked now: it has a
@@ -369,19 +317,28 @@ pub(crate) fn decide(
             tolerate_tasks: false,
         });
     }
+    recover_failed(line, wf_id, wf, facts, state, now).map_err(FollowUpOutcome::Skipped)
+}
 
-    // recover after fail or kill: the "recover from failed node" path
-    let mut cols = match command_head(line, wf_id, wf, START_FAILURE_TASK_PROCESS) {
-        Ok(c) => c,
-        Err(why) => return skip(why),
-    };
+/// `recover` after fail or kill: the "recover from failed node" path, for a
+/// workflow in `state` that passed the guards. `Err` says why nothing is
+/// written.
+fn recover_failed(
+    line: DsLine,
+    wf_id: i64,
+    wf: &WfRow,
+    facts: &Facts,
+    state: i32,
+    now: NaiveDateTime,
+) -> Result<Decision, String> {
+    let mut cols = command_head(line, wf_id, wf, START_FAILURE_TASK_PROCESS)?;
+    let non_terminal = line.workflow_non_terminal_states().contains(&state);
     if !(non_terminal || state == 6) {
-        let why = if line == DsLine::V3_3 {
+        return Err(if line == DsLine::V3_3 {
             format!("workflow instance {wf_id} is in state {state}, not recoverable")
         } else {
             format!("workflow instance {wf_id} is in terminal state {state}, not FAILURE")
-        };
-        return skip(why);
+        });
     }
     if line == DsLine::V3_3 {
         cols.push(("executor_id", Val::I32(wf.executor_id.unwrap_or(0) as i32)));
@@ -398,25 +355,8 @@ pub(crate) fn decide(
         });
     }
     // "recover from failed node" needs the workflow in FAILURE; fail it first
-    if line == DsLine::V3_2 {
-        if let Some(tz) = &facts.schedule_tz {
-            let m = with_tz(serde_json::Map::new(), &Some(tz.clone()));
-            cols.push((
-                "command_param",
-                Val::Text(serde_json::Value::Object(m).to_string()),
-            ));
-        }
-    } else {
-        let param = recover_param(wf_id, wf, false);
-        let param = if line >= DsLine::V3_0 {
-            with_tz(param, &facts.schedule_tz)
-        } else {
-            param
-        };
-        cols.push((
-            "command_param",
-            Val::Text(serde_json::Value::Object(param).to_string()),
-        ));
+    if let Some(param) = failed_node_param(line, wf_id, wf, facts) {
+        cols.push(("command_param", Val::Text(param)));
     }
     // 3.2.2's FailureRecoveryExecuteFunction is a builder: no start_time
     command_tail(&mut cols, line, wf, line != DsLine::V3_2, false, now);
@@ -428,34 +368,21 @@ pub(crate) fn decide(
     })
 }
 
-/// 3.3 `WorkflowInstance.setStateWithDesc(SUBMITTED_SUCCESS,
-/// "START_FAILURE_TASK_PROCESS")` as `WorkflowInstanceRecoverFailureTaskTrigger`
-/// calls it: one `StateDesc` appended to the JSON list in `state_history`,
-/// serialised by DS's `JSONUtils` (fields in declaration order, the enum by
-/// name, the time as `yyyy-MM-dd HH:mm:ss` in the servers' zone). The
-/// existing text is kept byte for byte. `None` when it is not a JSON list:
-/// DS's `toList` then yields an immutable empty list and the trigger fails,
-/// so there is nothing of DS's to imitate, and the history is left as it is.
-pub(crate) fn restart_state_history(existing: Option<&str>, now: NaiveDateTime) -> Option<String> {
-    let entry = format!(
-        "{{\"time\":\"{}\",\"state\":\"SUBMITTED_SUCCESS\",\"desc\":\"START_FAILURE_TASK_PROCESS\"}}",
-        now.format("%Y-%m-%d %H:%M:%S")
-    );
-    let old = existing.map(str::trim).unwrap_or_default();
-    if old.is_empty() {
-        return Some(format!("[{entry}]"));
+/// The `command_param` of a ≤ 3.2 "recover from failed node" command: 3.2
+/// writes one only for a scheduled definition (its time zone).
+fn failed_node_param(line: DsLine, wf_id: i64, wf: &WfRow, facts: &Facts) -> Option<String> {
+    if line == DsLine::V3_2 {
+        let tz = facts.schedule_tz.as_ref()?;
+        let m = with_tz(serde_json::Map::new(), &Some(tz.clone()));
+        return Some(serde_json::Value::Object(m).to_string());
     }
-    match serde_json::from_str::<serde_json::Value>(old) {
-        Ok(serde_json::Value::Array(items)) => {
-            let head = old.strip_suffix(']')?.trim_end();
-            Some(if items.is_empty() {
-                format!("[{entry}]")
-            } else {
-                format!("{head},{entry}]")
-            })
-        }
-        _ => None,
-    }
+    let param = recover_param(wf_id, wf, false);
+    let param = if line >= DsLine::V3_0 {
+        with_tz(param, &facts.schedule_tz)
+    } else {
+        param
+    };
+    Some(serde_json::Value::Object(param).to_string())
 }
 
 /// DS's own workflow failover state, on the lines that have one.
@@ -486,14 +413,6 @@ pub(crate) fn fit_command(cmd: CommandRow, cat: &Catalog) -> CommandRow {
             .filter(|(c, _)| cat.has(COMMAND, c))
             .collect(),
     }
-}
-
-/// Whether a 1.x `command_param` names this workflow instance.
-pub(crate) fn param_names_instance(param: &str, wf_id: i64) -> bool {
-    serde_json::from_str::<serde_json::Value>(param)
-        .ok()
-        .and_then(|v| v.get("ProcessInstanceId").cloned())
-        .is_some_and(|v| v.as_i64() == Some(wf_id) || v.as_str() == Some(&wf_id.to_string()))
 }
 
 #[cfg(test)]

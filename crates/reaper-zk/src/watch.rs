@@ -19,21 +19,25 @@
 //!
 //! [`ZkRegistry`]: crate::ZkRegistry
 
+mod arm;
+mod coalesce;
+
 use crate::listing::{list_all, list_locks};
 use crate::registry::{lock, Inner, Shared};
 use crate::session::{terminal, Outcome};
 use crate::{bounded, ZkError};
+use arm::Forwarders;
 use chrono::Utc;
+use coalesce::Coalescer;
 use reaper_core::registry::{
-    may_concern_servers, Backoff, Changes, FailoverLockLayout, Gap, Membership, NodeEvent, Note,
+    may_concern_servers, Backoff, Changes, FailoverLockLayout, Gap, LayoutMode, Membership,
+    NodeEvent, Note,
 };
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
-use tokio::time::Instant as Tick;
 use zookeeper_client as zk;
 
 /// A node's data is re-read at most this often, however often it changes.
@@ -151,123 +155,123 @@ impl Watcher {
         backoff: &mut Backoff,
     ) -> Outcome {
         let mut states = client.state_watcher();
-        let mut forwarders = Forwarders(Vec::new());
-        let rt = self.inner.settings.request_timeout;
-        let outcome = 'conn: loop {
-            if let Err(o) = self.wait_connected(&mut states).await {
-                break 'conn o;
-            }
-            // New watches first, then drop the old ones: dropping the last
-            // watcher of a path would remove the server-side watch.
-            let (tx, mut rx) = mpsc::unbounded_channel();
-            let mut fresh = Vec::new();
-            let mut failed = None;
-            let (mode, agents) = self.machine(|m| (m.mode(), m.agent_prefix().map(str::to_string)));
-            let dirs = mode
-                .server_dirs()
-                .iter()
-                .map(|d| d.to_string())
-                .chain(agents.clone())
-                .chain(self.locks.dirs.iter().map(|d| d.path.to_string()));
-            for dir in dirs {
-                let path = self.full(&dir);
-                match bounded(
-                    rt,
-                    client.watch(&path, zk::AddWatchMode::PersistentRecursive),
-                )
-                .await
-                {
-                    Ok(w) => fresh.push(forward(w, tx.clone())),
-                    Err(e) => {
-                        failed = Some(format!("watching {path}: {e}"));
-                        break;
-                    }
-                }
-            }
-            drop(std::mem::replace(&mut forwarders, Forwarders(fresh)));
-            if let Some(reason) = failed {
-                self.inner.error();
-                tracing::warn!(%reason, "cannot arm registry watches");
-                self.invalidate(Gap::Connection, reason);
-                if let Err(o) = self.pause(&mut states, backoff).await {
-                    break 'conn o;
-                }
-                continue 'conn;
-            }
-            let listed = async {
-                let listing =
-                    list_all(client, &self.inner.root, mode, agents.as_deref(), rt).await?;
-                let held = list_locks(client, &self.inner.root, &self.locks, rt).await?;
-                Ok::<_, ZkError>((listing, held))
-            };
-            match listed.await {
-                Ok((listing, held)) => {
-                    // One step: no reader sees the view valid before the locks are in it.
-                    let c = self.change(|m| {
-                        let now = Utc::now();
-                        let mut c = m.apply_listing(listing, now);
-                        c.publish |= m.apply_failover_locks(&held, now).publish;
-                        c
-                    });
-                    self.coalesce.listed(&c.read);
-                    backoff.reset();
-                }
-                Err(e) => {
-                    self.inner.error();
-                    tracing::warn!(error = %e, "listing the registry failed");
-                    self.invalidate(Gap::Connection, format!("listing the registry: {e}"));
-                    if let Err(o) = self.pause(&mut states, backoff).await {
-                        break 'conn o;
-                    }
-                    continue 'conn;
-                }
-            }
-            let mut tick = tokio::time::interval(FLUSH_TICK);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = self.inner.cancel.cancelled() => break 'conn Outcome::Cancelled,
-                    s = states.changed() => {
-                        if let Some(o) = terminal(s) {
-                            break 'conn o;
-                        }
-                        // Any change here is a connection loss: a quick
-                        // Disconnected -> SyncConnected may reach us as the
-                        // latter only, and the watches and events of that gap
-                        // are lost all the same.
-                        tracing::warn!(state = ?s, "ZooKeeper connection lost");
-                        self.invalidate(Gap::Connection, "disconnected from ZooKeeper");
-                        if let Err(o) = self.wait_connected(&mut states).await {
-                            break 'conn o;
-                        }
-                        self.inner.reconnects.fetch_add(1, Ordering::Relaxed);
-                        tracing::info!("reconnected to ZooKeeper; re-arming watches and re-listing");
-                        continue 'conn;
-                    }
-                    Some(ev) = rx.recv() => {
-                        let mut batch = vec![ev];
-                        while let Ok(e) = rx.try_recv() {
-                            batch.push(e);
-                        }
-                        if let Err(reason) = self.handle_batch(client, batch).await {
-                            self.inner.error();
-                            tracing::warn!(%reason, "re-listing the registry");
-                            self.invalidate(Gap::Connection, reason);
-                            if let Err(o) = self.pause(&mut states, backoff).await {
-                                break 'conn o;
-                            }
-                            continue 'conn;
-                        }
-                    }
-                    _ = tick.tick() => {
-                        self.flush_dirty(client).await;
-                        self.change(|m| m.prune_lost(Utc::now()));
-                    }
-                }
+        let mut forwarders = Forwarders::default();
+        let outcome = loop {
+            let pass = self.connection(client, &mut states, &mut forwarders, backoff);
+            if let Err(o) = pass.await {
+                break o;
             }
         };
         drop(forwarders);
         outcome
+    }
+
+    /// One pass over a connection: waits for it, arms the watches, lists
+    /// everything and follows the events until a gap. `Ok` is to start over;
+    /// `Err` is how the session ended.
+    async fn connection(
+        &mut self,
+        client: &zk::Client,
+        states: &mut zk::StateWatcher,
+        forwarders: &mut Forwarders,
+        backoff: &mut Backoff,
+    ) -> Result<(), Outcome> {
+        self.wait_connected(states).await?;
+        // Lives as long as the pass, so the channel stays open.
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (mode, agents) = self.machine(|m| (m.mode(), m.agent_prefix().map(str::to_string)));
+        let armed = self.arm(client, forwarders, &tx, mode, agents.as_deref());
+        if let Err(reason) = armed.await {
+            self.inner.error();
+            tracing::warn!(%reason, "cannot arm registry watches");
+            self.invalidate(Gap::Connection, reason);
+            return self.pause(states, backoff).await;
+        }
+        if let Err(e) = self.list(client, mode, agents.as_deref()).await {
+            self.inner.error();
+            tracing::warn!(error = %e, "listing the registry failed");
+            self.invalidate(Gap::Connection, format!("listing the registry: {e}"));
+            return self.pause(states, backoff).await;
+        }
+        backoff.reset();
+        self.follow(client, states, &mut rx, backoff).await
+    }
+
+    /// Lists everything and the locks, and applies both.
+    async fn list(
+        &mut self,
+        client: &zk::Client,
+        mode: LayoutMode,
+        agents: Option<&str>,
+    ) -> Result<(), ZkError> {
+        let rt = self.inner.settings.request_timeout;
+        let listing = list_all(client, &self.inner.root, mode, agents, rt).await?;
+        let held = list_locks(client, &self.inner.root, &self.locks, rt).await?;
+        // One step: no reader sees the view valid before the locks are in it.
+        let c = self.change(|m| {
+            let now = Utc::now();
+            let mut c = m.apply_listing(listing, now);
+            c.publish |= m.apply_failover_locks(&held, now).publish;
+            c
+        });
+        self.coalesce.listed(&c.read);
+        Ok(())
+    }
+
+    /// Follows a listed connection's events until a gap: `Ok` is to arm and
+    /// list again, `Err` is how the session ended.
+    async fn follow(
+        &mut self,
+        client: &zk::Client,
+        states: &mut zk::StateWatcher,
+        rx: &mut mpsc::UnboundedReceiver<zk::WatchedEvent>,
+        backoff: &mut Backoff,
+    ) -> Result<(), Outcome> {
+        let mut tick = tokio::time::interval(FLUSH_TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = self.inner.cancel.cancelled() => return Err(Outcome::Cancelled),
+                s = states.changed() => return self.reconnect(s, states).await,
+                Some(ev) = rx.recv() => {
+                    let mut batch = vec![ev];
+                    while let Ok(e) = rx.try_recv() {
+                        batch.push(e);
+                    }
+                    if let Err(reason) = self.handle_batch(client, batch).await {
+                        self.inner.error();
+                        tracing::warn!(%reason, "re-listing the registry");
+                        self.invalidate(Gap::Connection, reason);
+                        return self.pause(states, backoff).await;
+                    }
+                }
+                _ = tick.tick() => {
+                    self.flush_dirty(client).await;
+                    self.change(|m| m.prune_lost(Utc::now()));
+                }
+            }
+        }
+    }
+
+    /// After a state change of a listed connection: `Ok` once connected again.
+    async fn reconnect(
+        &mut self,
+        s: zk::SessionState,
+        states: &mut zk::StateWatcher,
+    ) -> Result<(), Outcome> {
+        if let Some(o) = terminal(s) {
+            return Err(o);
+        }
+        // Any change here is a connection loss: a quick
+        // Disconnected -> SyncConnected may reach us as the
+        // latter only, and the watches and events of that gap
+        // are lost all the same.
+        tracing::warn!(state = ?s, "ZooKeeper connection lost");
+        self.invalidate(Gap::Connection, "disconnected from ZooKeeper");
+        self.wait_connected(states).await?;
+        self.inner.reconnects.fetch_add(1, Ordering::Relaxed);
+        tracing::info!("reconnected to ZooKeeper; re-arming watches and re-listing");
+        Ok(())
     }
 
     /// Applies a batch of events; an error is a failed lock read (the
@@ -277,51 +281,11 @@ impl Watcher {
         client: &zk::Client,
         batch: Vec<zk::WatchedEvent>,
     ) -> Result<(), String> {
-        // The last event per path decides; creations are read at once.
-        let inner = self.inner.clone();
-        let mut locks_changed = false;
-        let (order, last) = {
-            let shared = lock(&inner.shared);
-            let machine = &shared.membership;
-            let mode = machine.mode();
-            let mut order: Vec<String> = Vec::new();
-            let mut last: HashMap<String, zk::EventType> = HashMap::new();
-            for ev in batch {
-                let Some(rel) = self.rel(&ev.path).map(str::to_string) else {
-                    continue;
-                };
-                if self.under_locks(&rel) {
-                    locks_changed = true;
-                    continue;
-                }
-                let agent = machine.agent_worker(&rel).is_some();
-                if !agent && !may_concern_servers(mode, &rel) {
-                    continue;
-                }
-                let t = match ev.event_type {
-                    zk::EventType::NodeCreated => zk::EventType::NodeCreated,
-                    zk::EventType::NodeDeleted => zk::EventType::NodeDeleted,
-                    zk::EventType::NodeDataChanged => {
-                        if last.get(&rel) == Some(&zk::EventType::NodeCreated) {
-                            continue;
-                        }
-                        // An agent's rewrite is its heartbeat: read it at once.
-                        if !agent && machine.contains(&rel) {
-                            self.coalesce.dirty.insert(rel);
-                            continue;
-                        }
-                        // Data of a node not known yet: read it like a creation.
-                        zk::EventType::NodeCreated
-                    }
-                    _ => continue,
-                };
-                if !last.contains_key(&rel) {
-                    order.push(rel.clone());
-                }
-                last.insert(rel, t);
-            }
-            (order, last)
-        };
+        let Sorted {
+            order,
+            last,
+            locks_changed,
+        } = self.sort(batch);
         if locks_changed {
             self.reread_locks(client).await?;
         }
@@ -338,6 +302,70 @@ impl Watcher {
                 None => {}
             }
         }
+        self.read_new(client, to_read, &mut events).await;
+        for ev in &events {
+            if let NodeEvent::Deleted { path } = ev {
+                self.coalesce.forget(path);
+            }
+        }
+        let c = self.change(|m| m.apply(events, now));
+        self.coalesce.read(&c.read);
+        Ok(())
+    }
+
+    /// Sorts a batch under the machine's lock. The last event per path
+    /// decides; creations are read at once.
+    fn sort(&mut self, batch: Vec<zk::WatchedEvent>) -> Sorted {
+        let inner = self.inner.clone();
+        let shared = lock(&inner.shared);
+        let machine = &shared.membership;
+        let mode = machine.mode();
+        let mut s = Sorted::default();
+        for ev in batch {
+            let Some(rel) = self.rel(&ev.path).map(str::to_string) else {
+                continue;
+            };
+            if self.under_locks(&rel) {
+                s.locks_changed = true;
+                continue;
+            }
+            let agent = machine.agent_worker(&rel).is_some();
+            if !agent && !may_concern_servers(mode, &rel) {
+                continue;
+            }
+            let t = match ev.event_type {
+                zk::EventType::NodeCreated => zk::EventType::NodeCreated,
+                zk::EventType::NodeDeleted => zk::EventType::NodeDeleted,
+                zk::EventType::NodeDataChanged => {
+                    if s.last.get(&rel) == Some(&zk::EventType::NodeCreated) {
+                        continue;
+                    }
+                    // An agent's rewrite is its heartbeat: read it at once.
+                    if !agent && machine.contains(&rel) {
+                        self.coalesce.dirty.insert(rel);
+                        continue;
+                    }
+                    // Data of a node not known yet: read it like a creation.
+                    zk::EventType::NodeCreated
+                }
+                _ => continue,
+            };
+            if !s.last.contains_key(&rel) {
+                s.order.push(rel.clone());
+            }
+            s.last.insert(rel, t);
+        }
+        s
+    }
+
+    /// Reads the nodes created (or first seen) into `events`; one gone
+    /// meanwhile counts as deleted.
+    async fn read_new(
+        &self,
+        client: &zk::Client,
+        to_read: Vec<String>,
+        events: &mut Vec<NodeEvent>,
+    ) {
         let rt = self.inner.settings.request_timeout;
         let reads = to_read.iter().map(|rel| {
             let path = self.full(rel);
@@ -361,14 +389,6 @@ impl Watcher {
                 }
             }
         }
-        for ev in &events {
-            if let NodeEvent::Deleted { path } = ev {
-                self.coalesce.forget(path);
-            }
-        }
-        let c = self.change(|m| m.apply(events, now));
-        self.coalesce.read(&c.read);
-        Ok(())
     }
 
     async fn flush_dirty(&mut self, client: &zk::Client) {
@@ -403,59 +423,15 @@ impl Watcher {
     }
 }
 
-/// Data changes waiting to be re-read, and when each node was last read.
+/// What a batch of events asks for.
 #[derive(Default)]
-struct Coalescer {
-    /// Nodes whose data changed and has not been re-read yet.
-    dirty: HashSet<String>,
-    last_read: HashMap<String, Tick>,
-}
-
-impl Coalescer {
-    /// A full listing read every node in `read` afresh.
-    fn listed(&mut self, read: &[String]) {
-        self.dirty.clear();
-        self.last_read.clear();
-        self.read(read);
-    }
-
-    fn read(&mut self, read: &[String]) {
-        let now = Tick::now();
-        for p in read {
-            self.dirty.remove(p);
-            self.last_read.insert(p.clone(), now);
-        }
-    }
-
-    fn forget(&mut self, path: &str) {
-        self.dirty.remove(path);
-        self.last_read.remove(path);
-    }
-
-    /// The dirty nodes still known whose last read is [`DATA_COALESCE`] old,
-    /// taken out of the dirty set.
-    fn take_due(&mut self, known: impl Fn(&str) -> bool) -> Vec<String> {
-        if self.dirty.is_empty() {
-            return Vec::new();
-        }
-        let now = Tick::now();
-        let due: Vec<String> = self
-            .dirty
-            .iter()
-            .filter(|p| {
-                known(p)
-                    && self
-                        .last_read
-                        .get(*p)
-                        .is_some_and(|t| now.duration_since(*t) >= DATA_COALESCE)
-            })
-            .cloned()
-            .collect();
-        for p in &due {
-            self.dirty.remove(p);
-        }
-        due
-    }
+struct Sorted {
+    /// Paths in the order of their first event.
+    order: Vec<String>,
+    /// The last event that counts per path.
+    last: HashMap<String, zk::EventType>,
+    /// Whether anything under the failover locks changed.
+    locks_changed: bool,
 }
 
 /// Hands out what a change did: later readers of the view get a new copy;
@@ -499,68 +475,5 @@ fn log(notes: &[Note]) {
     }
 }
 
-/// Forwarding tasks of one connection, aborted when dropped (also when the
-/// session future is dropped on cancellation).
-struct Forwarders(Vec<JoinHandle<()>>);
-
-impl Drop for Forwarders {
-    fn drop(&mut self) {
-        for h in &self.0 {
-            h.abort();
-        }
-    }
-}
-
-/// Moves a persistent watcher's node events into the loop's channel.
-fn forward(
-    mut w: zk::PersistentWatcher,
-    tx: mpsc::UnboundedSender<zk::WatchedEvent>,
-) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        loop {
-            let ev = w.changed().await;
-            if ev.event_type == zk::EventType::Session {
-                // `changed` panics once a terminal state was delivered.
-                if ev.session_state.is_terminated() {
-                    break;
-                }
-                continue;
-            }
-            if tx.send(ev).is_err() {
-                break;
-            }
-        }
-    })
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn paths(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_changed_node_is_reread_at_most_once_per_coalesce_window() {
-        let mut c = Coalescer::default();
-        c.listed(&paths(&["/a", "/b"]));
-        c.dirty.insert("/a".into());
-        c.dirty.insert("/gone".into());
-        let known = |p: &str| p != "/gone";
-        assert!(c.take_due(known).is_empty(), "read just now");
-        tokio::time::advance(DATA_COALESCE).await;
-        assert_eq!(c.take_due(known), paths(&["/a"]));
-        assert!(c.take_due(known).is_empty(), "taken out of the dirty set");
-        c.read(&paths(&["/a"]));
-        c.dirty.insert("/a".into());
-        tokio::time::advance(DATA_COALESCE / 2).await;
-        assert!(c.take_due(known).is_empty());
-        // a deletion forgets it; a listing starts over
-        c.forget("/a");
-        assert!(!c.dirty.contains("/a") && !c.last_read.contains_key("/a"));
-        c.dirty.insert("/b".into());
-        c.listed(&paths(&["/b"]));
-        assert!(c.dirty.is_empty());
-    }
-}
+mod tests;

@@ -5,7 +5,7 @@
 
 use super::{
     decide, failover_state, fit_command, live_owner, master_failover, param_names_instance,
-    Decision, Facts, WfRow, WfUpdate,
+    CommandRow, Decision, Facts, WfRow, WfUpdate,
 };
 use crate::dialect::{Conn, Dialect};
 use crate::schema::{finished_list, names, Catalog, DefCols, COMMAND, SCHEDULES, TASK};
@@ -289,55 +289,9 @@ async fn apply<D: Dialect>(
     d: Decision,
     now: NaiveDateTime,
 ) -> Result<Applied, SqlError> {
-    let n = names(line);
-    let wf_t = n.wf_table;
     let mut workflow_state = None;
     if let Some(u) = &d.update {
-        let mut q = Sql::<D>::new(format!("UPDATE {wf_t} SET "));
-        let from = match u {
-            WfUpdate::Fail { from } => {
-                q.push("state = 6, end_time = ").bind(now);
-                *from
-            }
-            WfUpdate::NullHost { from } => {
-                q.push("host = ").bind(n.null_host);
-                *from
-            }
-            WfUpdate::Failover { from } => {
-                q.push("state = 18");
-                *from
-            }
-            WfUpdate::Restart { from } => {
-                q.push("state = 0");
-                if cat.has(wf_t, "run_times") {
-                    q.push(", run_times = COALESCE(run_times, 0) + 1");
-                }
-                if cat.has(wf_t, "restart_time") {
-                    q.push(", restart_time = ").bind(now);
-                }
-                q.push(", end_time = NULL");
-                if line == DsLine::V3_3 && cat.has(wf_t, "state_history") {
-                    match super::restart_state_history(wf.state_history.as_deref(), now) {
-                        Some(h) => {
-                            q.push(", state_history = ").bind(h.as_str());
-                        }
-                        None => tracing::warn!(
-                            workflow_instance_id = wf_id,
-                            "state_history is not a JSON list; left as it is"
-                        ),
-                    }
-                }
-                *from
-            }
-        };
-        q.push(" WHERE id = ")
-            .bind(wf_id)
-            .push(" AND state = ")
-            .bind(from)
-            .push(" AND host ")
-            .push(D::NULL_SAFE_EQ)
-            .push(" ")
-            .bind(wf.host.clone());
+        let (q, from) = workflow_update::<D>(line, cat, wf_id, wf, u, now);
         if q.execute(&mut *c).await? == 0 {
             return Ok(Applied::Unmatched(from));
         }
@@ -354,22 +308,105 @@ async fn apply<D: Dialect>(
     let mut command_type = None;
     let mut command_id = None;
     if let Some(cmd) = d.command {
-        let cmd = fit_command(cmd, cat);
-        let cols: Vec<&str> = cmd.cols.iter().map(|(c, _)| *c).collect();
-        let mut q = Sql::<D>::new(format!(
-            "INSERT INTO {COMMAND} ({}) VALUES (",
-            cols.join(", ")
-        ));
-        q.bind_list(cmd.cols.iter().map(|(_, v)| Arg::from(v)))
-            .push(")");
-        command_id = Some(q.insert(&mut *c).await?);
-        command_type = cmd.command_type();
+        let (t, id) = insert_command::<D>(&mut *c, cat, cmd).await?;
+        command_id = Some(id);
+        command_type = t;
     }
     Ok(Applied::Done {
         workflow_state,
         command_type,
         command_id,
     })
+}
+
+/// The workflow update `u`, conditional on the state and host `wf` holds,
+/// and the state it is conditional on.
+fn workflow_update<D: Dialect>(
+    line: DsLine,
+    cat: &Catalog,
+    wf_id: i64,
+    wf: &WfRow,
+    u: &WfUpdate,
+    now: NaiveDateTime,
+) -> (Sql<D>, i32) {
+    let n = names(line);
+    let mut q = Sql::<D>::new(format!("UPDATE {} SET ", n.wf_table));
+    let from = match u {
+        WfUpdate::Fail { from } => {
+            q.push("state = 6, end_time = ").bind(now);
+            *from
+        }
+        WfUpdate::NullHost { from } => {
+            q.push("host = ").bind(n.null_host);
+            *from
+        }
+        WfUpdate::Failover { from } => {
+            q.push("state = 18");
+            *from
+        }
+        WfUpdate::Restart { from } => {
+            push_restart(&mut q, line, cat, wf_id, wf, now);
+            *from
+        }
+    };
+    q.push(" WHERE id = ")
+        .bind(wf_id)
+        .push(" AND state = ")
+        .bind(from)
+        .push(" AND host ")
+        .push(D::NULL_SAFE_EQ)
+        .push(" ")
+        .bind(wf.host.clone());
+    (q, from)
+}
+
+/// The assignments of 3.3's restart, for the columns the table has.
+fn push_restart<D: Dialect>(
+    q: &mut Sql<D>,
+    line: DsLine,
+    cat: &Catalog,
+    wf_id: i64,
+    wf: &WfRow,
+    now: NaiveDateTime,
+) {
+    let wf_t = names(line).wf_table;
+    q.push("state = 0");
+    if cat.has(wf_t, "run_times") {
+        q.push(", run_times = COALESCE(run_times, 0) + 1");
+    }
+    if cat.has(wf_t, "restart_time") {
+        q.push(", restart_time = ").bind(now);
+    }
+    q.push(", end_time = NULL");
+    if line == DsLine::V3_3 && cat.has(wf_t, "state_history") {
+        match super::restart_state_history(wf.state_history.as_deref(), now) {
+            Some(h) => {
+                q.push(", state_history = ").bind(h.as_str());
+            }
+            None => tracing::warn!(
+                workflow_instance_id = wf_id,
+                "state_history is not a JSON list; left as it is"
+            ),
+        }
+    }
+}
+
+/// Inserts the command, fitted to the connected table: its type and id.
+async fn insert_command<D: Dialect>(
+    c: &mut Conn<D>,
+    cat: &Catalog,
+    cmd: CommandRow,
+) -> Result<(Option<i32>, i64), SqlError> {
+    let cmd = fit_command(cmd, cat);
+    let cols: Vec<&str> = cmd.cols.iter().map(|(c, _)| *c).collect();
+    let mut q = Sql::<D>::new(format!(
+        "INSERT INTO {COMMAND} ({}) VALUES (",
+        cols.join(", ")
+    ));
+    q.bind_list(cmd.cols.iter().map(|(_, v)| Arg::from(v)))
+        .push(")");
+    let id = q.insert(c).await?;
+    Ok((cmd.command_type(), id))
 }
 
 /// DS's master failover of the workflow's task rows on 2.0-3.1 (2.0.9
