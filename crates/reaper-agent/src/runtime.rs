@@ -6,8 +6,9 @@
 //! database; it signals processes only to carry out the kill orders it lists
 //! after each scan ([`crate::orders`]).
 
+mod worker;
+
 use crate::execpath::ExecPaths;
-use crate::host::{pick, HostIdentity, Pick};
 use crate::metrics::Metrics;
 use crate::orders::Orders;
 use crate::proc::{ProcFs, ProcSource};
@@ -19,6 +20,7 @@ use serde_json::json;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+use worker::{follow_worker, identity, list_orders, publish};
 
 /// The whole stop fits SPEC §7's 10 s.
 const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(8);
@@ -253,96 +255,142 @@ async fn scan_loop(
     let watchdog = watchdog_period();
     let mut scanner = Some(scanner);
     let mut seq: u64 = 0;
-    // The session is usually up within milliseconds: give it a moment before
-    // the first report rather than count a publish error at every start.
-    let settle = tokio::time::Instant::now() + interval.min(STARTUP_WAIT);
-    while !shared.publisher.connected() && tokio::time::Instant::now() < settle {
-        tokio::select! {
-            _ = cancel.cancelled() => return Ok(()),
-            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
-        }
+    if !wait_for_session(shared, interval, cancel).await {
+        return Ok(());
     }
-    let mut next = tokio::time::Instant::now();
+    let mut ticker = Ticker {
+        next: tokio::time::Instant::now(),
+        interval,
+        watchdog,
+    };
     let mut ready_sent = false;
     let exec_base = settings.exec_base.display().to_string();
     loop {
-        let now = tokio::time::Instant::now();
-        let wake = match watchdog {
-            Some(w) => next.min(now + w),
-            None => next,
-        };
-        tokio::select! {
-            _ = cancel.cancelled() => return Ok(()),
-            _ = tokio::time::sleep_until(wake) => {}
+        if !ticker.tick(cancel).await {
+            return Ok(());
         }
-        if watchdog.is_some() {
-            // from this loop, so a wedged loop stops the pings
-            let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]);
-        }
-        if tokio::time::Instant::now() < next {
-            continue;
-        }
-        next += interval;
-        if next < tokio::time::Instant::now() {
-            next = tokio::time::Instant::now() + interval;
-        }
-
-        let Some(mut s) = scanner.take() else {
+        let Some(s) = scanner.take() else {
             return Err(AgentError::Internal("the scanner is gone".into()));
         };
         let worker = identity(settings, shared).await;
-        let mut kill_orders = Vec::new();
-        if let Some(w) = &worker {
-            follow_worker(settings, shared, w).await;
-            kill_orders = list_orders(shared, w).await;
-        }
-        let worker_pid = lock(&shared.status).worker_pid;
-        {
-            let st = lock(&shared.status);
-            s.set_worker_pid(st.worker_pid);
-            if settings.line.is_none() {
-                if let Some(lines) = &st.worker_lines {
-                    s.set_lines(lines);
-                }
-            }
-        }
-        let (orders, rt) = (shared.orders.clone(), tokio::runtime::Handle::current());
-        let (s, scan) = tokio::task::spawn_blocking(move || {
-            let scan = s.scan();
-            if !kill_orders.is_empty() {
-                // checked against this scan, at once
-                orders.carry_out(kill_orders, &scan, worker_pid, &rt);
-            }
-            (s, scan)
-        })
-        .await
-        .map_err(|e| AgentError::Internal(format!("the scan failed: {e}")))?;
+        let (s, scan) = scan_once(settings, shared, s, worker.as_deref()).await?;
         scanner = Some(s);
         seq += 1;
         observe(shared, &scan);
-
-        let report = AgentReport {
-            worker: worker.clone().unwrap_or_default(),
-            agent_version: env!("CARGO_PKG_VERSION").to_string(),
-            seq,
-            scan_started_at: scan.started_at,
-            scan_ms: scan.duration.as_millis().try_into().unwrap_or(u64::MAX),
-            exec_base: exec_base.clone(),
-            unreadable: scan.unreadable,
-            orders: shared.orders.outcomes(),
-            blind: scan.blind.clone(),
-            tasks: scan.tasks.clone(),
-        };
-        lock(&shared.status).last_scan = Some(scan);
-        if let Some(worker) = worker {
-            publish(shared, &worker, report).await;
-        }
-        shared.refresh_gauges();
+        report(shared, worker, seq, &exec_base, scan).await;
         if !ready_sent {
             let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
             ready_sent = true;
         }
     }
+}
+
+/// The session is usually up within milliseconds: give it a moment before
+/// the first report rather than count a publish error at every start.
+/// False when cancelled meanwhile.
+async fn wait_for_session(shared: &Shared, interval: Duration, cancel: &CancellationToken) -> bool {
+    let settle = tokio::time::Instant::now() + interval.min(STARTUP_WAIT);
+    while !shared.publisher.connected() && tokio::time::Instant::now() < settle {
+        tokio::select! {
+            _ = cancel.cancelled() => return false,
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+    }
+    true
+}
+
+/// When the next scan is due, with the watchdog pinged meanwhile.
+struct Ticker {
+    next: tokio::time::Instant,
+    interval: Duration,
+    watchdog: Option<Duration>,
+}
+
+impl Ticker {
+    /// Waits until the next scan is due; false when cancelled first.
+    async fn tick(&mut self, cancel: &CancellationToken) -> bool {
+        loop {
+            let now = tokio::time::Instant::now();
+            let wake = match self.watchdog {
+                Some(w) => self.next.min(now + w),
+                None => self.next,
+            };
+            tokio::select! {
+                _ = cancel.cancelled() => return false,
+                _ = tokio::time::sleep_until(wake) => {}
+            }
+            if self.watchdog.is_some() {
+                // from the scan loop, so a wedged loop stops the pings
+                let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]);
+            }
+            if tokio::time::Instant::now() < self.next {
+                continue;
+            }
+            self.next += self.interval;
+            if self.next < tokio::time::Instant::now() {
+                self.next = tokio::time::Instant::now() + self.interval;
+            }
+            return true;
+        }
+    }
+}
+
+/// One scan on the blocking pool, with the worker's kill orders carried out
+/// against it at once; the scanner comes back with it.
+async fn scan_once(
+    settings: &AgentSettings,
+    shared: &Shared,
+    mut s: Scanner,
+    worker: Option<&str>,
+) -> Result<(Scanner, Scan), AgentError> {
+    let mut kill_orders = Vec::new();
+    if let Some(w) = worker {
+        follow_worker(settings, shared, w).await;
+        kill_orders = list_orders(shared, w).await;
+    }
+    let worker_pid = lock(&shared.status).worker_pid;
+    {
+        let st = lock(&shared.status);
+        s.set_worker_pid(st.worker_pid);
+        if settings.line.is_none() {
+            if let Some(lines) = &st.worker_lines {
+                s.set_lines(lines);
+            }
+        }
+    }
+    let (orders, rt) = (shared.orders.clone(), tokio::runtime::Handle::current());
+    tokio::task::spawn_blocking(move || {
+        let scan = s.scan();
+        if !kill_orders.is_empty() {
+            // checked against this scan, at once
+            orders.carry_out(kill_orders, &scan, worker_pid, &rt);
+        }
+        (s, scan)
+    })
+    .await
+    .map_err(|e| AgentError::Internal(format!("the scan failed: {e}")))
+}
+
+/// Keeps the scan for the status and publishes its report, once the agent
+/// knows its worker.
+async fn report(shared: &Shared, worker: Option<String>, seq: u64, exec_base: &str, scan: Scan) {
+    let report = AgentReport {
+        worker: worker.clone().unwrap_or_default(),
+        agent_version: env!("CARGO_PKG_VERSION").to_string(),
+        seq,
+        scan_started_at: scan.started_at,
+        scan_ms: scan.duration.as_millis().try_into().unwrap_or(u64::MAX),
+        exec_base: exec_base.to_string(),
+        unreadable: scan.unreadable,
+        orders: shared.orders.outcomes(),
+        blind: scan.blind.clone(),
+        tasks: scan.tasks.clone(),
+    };
+    lock(&shared.status).last_scan = Some(scan);
+    if let Some(worker) = worker {
+        publish(shared, &worker, report).await;
+    }
+    shared.refresh_gauges();
 }
 
 fn observe(shared: &Shared, scan: &Scan) {
@@ -377,119 +425,6 @@ fn observe(shared: &Shared, scan: &Scan) {
                 tracing::warn!(why = %why, "the agent is blind: its reports prove nothing")
             }
             None => tracing::info!("the agent sees the process folder and the worker's JVM again"),
-        }
-    }
-}
-
-/// The new kill orders in the worker's order folder; none when it cannot be
-/// read now (the last listing stands: outcomes are still answered).
-async fn list_orders(shared: &Shared, worker: &str) -> Vec<reaper_core::order::KillOrder> {
-    if !shared.publisher.connected() {
-        return Vec::new();
-    }
-    match shared.publisher.orders(worker).await {
-        Ok(nodes) => shared.orders.listed(&nodes),
-        Err(e) => {
-            tracing::debug!(error = %e, worker, "cannot list the kill orders; trying again after the next scan");
-            Vec::new()
-        }
-    }
-}
-
-/// Reads the worker's node: the JVM pid its heartbeat carries and the lines
-/// its layout and format allow. An absent node or a failed read keeps what
-/// was seen last.
-async fn follow_worker(settings: &AgentSettings, shared: &Shared, worker: &str) {
-    if !shared.publisher.connected() {
-        return;
-    }
-    let node = match shared.publisher.worker(worker).await {
-        Ok(Some(n)) => n,
-        Ok(None) => return,
-        Err(e) => {
-            tracing::debug!(error = %e, worker, "cannot read the worker's node; keeping what was seen");
-            return;
-        }
-    };
-    let mut st = lock(&shared.status);
-    if let Some(pid) = node.process_id {
-        if st.worker_pid != Some(pid) {
-            tracing::info!(worker, pid, "the worker's JVM, from its heartbeat");
-        }
-        st.worker_pid = Some(pid);
-    }
-    if settings.line.is_none() && st.worker_lines.as_ref() != Some(&node.lines) {
-        let names: Vec<&str> = node.lines.iter().map(|l| l.as_str()).collect();
-        tracing::info!(worker, lines = ?names, "reading execute paths as the lines the worker's node allows");
-        st.worker_lines = Some(node.lines);
-    }
-}
-
-/// The worker this agent stands for: configured, or found among the
-/// registered workers by this host's addresses and kept once found.
-async fn identity(settings: &AgentSettings, shared: &Shared) -> Option<String> {
-    if let Some(w) = lock(&shared.status).worker.clone() {
-        return Some(w);
-    }
-    let problem = if !shared.publisher.connected() {
-        "agent.worker = \"auto\": waiting for the registry to find this host's worker".to_string()
-    } else {
-        match shared.publisher.workers().await {
-            Err(e) => format!("agent.worker = \"auto\": {e}"),
-            Ok(workers) => {
-                let me = HostIdentity::read(&settings.proc_root);
-                match pick(&workers, &me) {
-                    Pick::One(w) => {
-                        tracing::info!(worker = %w, "found this host's worker; publishing as it from now on");
-                        let mut st = lock(&shared.status);
-                        st.worker = Some(w.clone());
-                        st.worker_problem = None;
-                        return Some(w);
-                    }
-                    Pick::None => format!(
-                        "agent.worker = \"auto\": none of the {} registered worker(s) has one of this host's addresses {:?}{}; set agent.worker",
-                        workers.len(),
-                        me.addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
-                        me.hostname.map(|h| format!(" or its name {h}")).unwrap_or_default(),
-                    ),
-                    Pick::Several(ws) => format!(
-                        "agent.worker = \"auto\": several registered workers are this host's ({}); set agent.worker",
-                        ws.join(", ")
-                    ),
-                }
-            }
-        }
-    };
-    let mut st = lock(&shared.status);
-    if st.worker_problem.as_deref() != Some(problem.as_str()) {
-        tracing::warn!(problem = %problem, "this host's worker is not known yet; retrying after each scan");
-        st.worker_problem = Some(problem);
-    }
-    None
-}
-
-async fn publish(shared: &Shared, worker: &str, report: AgentReport) {
-    let result = if shared.publisher.connected() {
-        shared.publisher.publish(worker, &report).await
-    } else {
-        Err(crate::publish::PublishError::new(
-            "not connected to the registry",
-        ))
-    };
-    let mut st = lock(&shared.status);
-    match result {
-        Ok(()) => {
-            if let Some(e) = st.publish_error.take() {
-                tracing::info!(previous_error = %e, "publishing again");
-            }
-            st.last_report = Some(report);
-        }
-        Err(e) => {
-            shared.metrics.publish_errors_total.inc();
-            if st.publish_error.is_none() {
-                tracing::warn!(error = %e, worker, "cannot publish the agent report; retrying after each scan");
-            }
-            st.publish_error = Some(e.to_string());
         }
     }
 }

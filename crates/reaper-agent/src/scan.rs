@@ -23,14 +23,15 @@
 //! denied). The worker's JVM (its heartbeat's `processId`) is never a task's
 //! process; not seeing it makes the agent blind.
 
+mod read;
+
 use crate::appids::AppIds;
 use crate::execpath::{ExecPaths, TaskDir, TaskRef};
-use crate::proc::{has, ProcSource, ProcStat, CAP_DAC_READ_SEARCH, CAP_SYS_PTRACE};
+use crate::proc::{has, ProcSource, CAP_DAC_READ_SEARCH, CAP_SYS_PTRACE};
+use read::Read;
 use reaper_core::agent::{AgentProcess, AgentTask};
 use reaper_core::DsLine;
 use std::collections::{BTreeMap, HashMap};
-use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
 /// How many unreadable pids a scan keeps, for `/readyz` and the log.
@@ -66,25 +67,6 @@ pub struct Scan {
     pub dirs: BTreeMap<i64, TaskDir>,
 }
 
-/// How reading one process ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Read<T> {
-    Ok(T),
-    Gone,
-    Denied,
-}
-
-fn judge<T>(r: io::Result<T>) -> Read<T> {
-    match r {
-        Ok(v) => Read::Ok(v),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Read::Gone,
-        // ESRCH: the process exited while its entry was being read
-        Err(e) if e.raw_os_error() == Some(3) => Read::Gone,
-        // EACCES, EPERM, and anything unexpected: the scan cannot tell
-        Err(_) => Read::Denied,
-    }
-}
-
 /// One live process as read.
 #[derive(Debug, Clone, Copy)]
 struct Proc {
@@ -97,6 +79,15 @@ struct Proc {
     cwd: Option<TaskRef>,
     /// Its `cwd` or `cmdline` was denied.
     denied: bool,
+}
+
+/// The live processes of one scan as read.
+struct Table {
+    procs: HashMap<i32, Proc>,
+    /// Processes whose reading was denied.
+    denied: Vec<i32>,
+    /// The worker's JVM is in sight.
+    worker_seen: bool,
 }
 
 /// Scans a [`ProcSource`] for the task processes in one process folder.
@@ -177,41 +168,77 @@ impl Scanner {
         let hz = self.source.clock_ticks().max(1);
         scan.processes = pids.len();
         let ancestors = self.ancestors();
-        let worker = self.worker_pid.and_then(|p| i32::try_from(p).ok());
-        let mut worker_seen = false;
-        let mut table: HashMap<i32, Proc> = HashMap::with_capacity(pids.len());
-        let mut denied: Vec<i32> = Vec::new();
+        let mut table = self.read_table(&pids);
+        let mut member: HashMap<i32, Option<TaskRef>> = HashMap::with_capacity(table.procs.len());
         for &pid in &pids {
-            let read = self.read(pid);
-            if Some(pid) == worker {
-                // the JVM is no task's, and its children are placed by their own evidence
-                worker_seen |= !matches!(read, Read::Gone);
-                continue;
-            }
-            match read {
-                Read::Ok(p) => {
-                    table.insert(pid, p);
-                }
-                Read::Gone => {}
-                Read::Denied => denied.push(pid),
+            if table.procs.contains_key(&pid) {
+                self.resolve(pid, &table.procs, &mut member);
             }
         }
-
-        let mut member: HashMap<i32, Option<TaskRef>> = HashMap::with_capacity(table.len());
-        for &pid in &pids {
-            if table.contains_key(&pid) {
-                self.resolve(pid, &table, &mut member);
-            }
-        }
-
-        let mut tasks: BTreeMap<i64, (i64, Vec<AgentProcess>)> = BTreeMap::new();
         let ms = |ticks: u64| {
             boot.saturating_mul(1000)
                 .saturating_add((ticks.saturating_mul(1000) / hz) as i64)
         };
+        let tasks = self.group(&pids, &mut table, &member, ms, &mut scan);
+        self.count_unreadable(table.denied, &ancestors, &mut scan);
+        scan.tasks = agent_tasks(tasks);
+        scan.dirs = std::mem::take(&mut self.dirs);
+        scan.dirs
+            .retain(|id, _| scan.tasks.iter().any(|t| t.task_id == *id));
+        self.apps.fill(&mut scan.tasks, &scan.dirs);
+        if let Some(why) = self.source.blind() {
+            scan.unreadable += 1;
+            scan.denied = Some(why);
+        } else if scan.unreadable > 0 {
+            scan.denied = Some(lacking(self.source.capabilities()));
+        }
+        scan.blind = self.blindness(table.worker_seen);
+        scan.duration = clock.elapsed();
+        scan
+    }
+
+    /// Reads every listed process but the worker's JVM.
+    fn read_table(&mut self, pids: &[i32]) -> Table {
+        let worker = self.worker_pid.and_then(|p| i32::try_from(p).ok());
+        let mut table = Table {
+            procs: HashMap::with_capacity(pids.len()),
+            denied: Vec::new(),
+            worker_seen: false,
+        };
+        for &pid in pids {
+            let read = self.read(pid);
+            if Some(pid) == worker {
+                // the JVM is no task's, and its children are placed by their own evidence
+                table.worker_seen |= !matches!(read, Read::Gone);
+                continue;
+            }
+            match read {
+                Read::Ok(p) => {
+                    table.procs.insert(pid, p);
+                }
+                Read::Gone => {}
+                Read::Denied => table.denied.push(pid),
+            }
+        }
+        table
+    }
+
+    /// Groups the placed processes by task, and remembers them for the next
+    /// scan; a process placed nowhere whose evidence was denied is denied.
+    fn group(
+        &mut self,
+        pids: &[i32],
+        table: &mut Table,
+        member: &HashMap<i32, Option<TaskRef>>,
+        ms: impl Fn(u64) -> i64,
+        scan: &mut Scan,
+    ) -> BTreeMap<i64, (i64, Vec<AgentProcess>)> {
+        let mut tasks: BTreeMap<i64, (i64, Vec<AgentProcess>)> = BTreeMap::new();
         let mut known = HashMap::new();
-        for &pid in &pids {
-            let Some(p) = table.get(&pid) else { continue };
+        for &pid in pids {
+            let Some(p) = table.procs.get(&pid) else {
+                continue;
+            };
             match member.get(&pid).copied().flatten() {
                 Some(task) => {
                     known.insert((pid, p.start_ticks), task);
@@ -226,14 +253,19 @@ impl Scanner {
                     });
                     scan.task_processes += 1;
                 }
-                None if p.denied => denied.push(pid),
+                None if p.denied => table.denied.push(pid),
                 None => {}
             }
         }
         self.known = known;
+        tasks
+    }
+
+    /// Counts the denied processes that could be a task's.
+    fn count_unreadable(&mut self, mut denied: Vec<i32>, ancestors: &[i32], scan: &mut Scan) {
         denied.sort_unstable();
         for pid in denied {
-            if self.never_a_task(pid, &ancestors) {
+            if self.never_a_task(pid, ancestors) {
                 continue;
             }
             scan.unreadable += 1;
@@ -241,33 +273,6 @@ impl Scanner {
                 scan.unreadable_pids.push(pid);
             }
         }
-        scan.tasks = tasks
-            .into_iter()
-            .map(|(task_id, (wf, mut processes))| {
-                processes.sort_by_key(|p| p.pid);
-                AgentTask {
-                    task_id,
-                    workflow_instance_id: wf,
-                    pids: processes.iter().map(|p| p.pid).collect(),
-                    started_at: processes.iter().map(|p| p.started_at).min().unwrap_or(0),
-                    processes,
-                    app_ids: Vec::new(),
-                }
-            })
-            .collect();
-        scan.dirs = std::mem::take(&mut self.dirs);
-        scan.dirs
-            .retain(|id, _| scan.tasks.iter().any(|t| t.task_id == *id));
-        self.apps.fill(&mut scan.tasks, &scan.dirs);
-        if let Some(why) = self.source.blind() {
-            scan.unreadable += 1;
-            scan.denied = Some(why);
-        } else if scan.unreadable > 0 {
-            scan.denied = Some(lacking(self.source.capabilities()));
-        }
-        scan.blind = self.blindness(worker_seen);
-        scan.duration = clock.elapsed();
-        scan
     }
 
     /// Why the scan proves nothing: the process folder is missing, or the
@@ -293,64 +298,6 @@ impl Scanner {
             Some(_) => {}
         }
         (!why.is_empty()).then(|| why.join("; "))
-    }
-
-    /// Reads one process. Its evidence of a task is read between two reads
-    /// of `stat` that agree on the start time: a pid reused by another
-    /// process in between is read again, a few times at most.
-    fn read(&mut self, pid: i32) -> Read<Proc> {
-        for _ in 0..3 {
-            let stat = match judge(self.source.stat(pid)) {
-                Read::Ok(s) if s.ended() || s.kernel_thread() => return Read::Gone,
-                Read::Ok(s) => s,
-                other => return other.map_none(),
-            };
-            let mut denied = false;
-            let cwd = match judge(self.source.cwd(pid)) {
-                Read::Ok(c) => self.dir_of(&c),
-                Read::Gone => return Read::Gone,
-                Read::Denied => {
-                    denied = true;
-                    None
-                }
-            };
-            let command = match judge(self.source.cmdline(pid)) {
-                Read::Ok(args) => args.split(|b| *b == 0).find_map(|a| {
-                    let t = self.paths.command_file(a)?;
-                    let file = std::path::Path::new(std::ffi::OsStr::from_bytes(a));
-                    if let Some(parent) = file.parent() {
-                        self.dir_of(parent);
-                    }
-                    Some(t)
-                }),
-                Read::Gone => return Read::Gone,
-                Read::Denied => {
-                    denied = true;
-                    None
-                }
-            };
-            let p = proc_of(&stat, cwd, command, denied);
-            if cwd.is_none() && command.is_none() {
-                // nothing to confirm: the parent link is the stat's own
-                return Read::Ok(p);
-            }
-            match judge(self.source.stat(pid)) {
-                Read::Ok(s) if s.ended() => return Read::Gone,
-                Read::Ok(s) if s.start_ticks == stat.start_ticks => return Read::Ok(p),
-                Read::Ok(_) => continue,
-                other => return other.map_none(),
-            }
-        }
-        // a pid that keeps changing hands: nothing certain to say about it
-        Read::Gone
-    }
-
-    /// The task of a working directory, noting its execute path.
-    fn dir_of(&mut self, cwd: &std::path::Path) -> Option<TaskRef> {
-        let d = self.paths.task_dir(cwd)?;
-        let t = d.task;
-        self.dirs.entry(t.task_id).or_insert(d);
-        Some(t)
     }
 
     /// The task of `pid`: its command line's, else the one it was last scan
@@ -424,25 +371,22 @@ impl Scanner {
     }
 }
 
-fn proc_of(stat: &ProcStat, cwd: Option<TaskRef>, command: Option<TaskRef>, denied: bool) -> Proc {
-    Proc {
-        ppid: stat.ppid,
-        start_ticks: stat.start_ticks,
-        tty: stat.tty(),
-        command,
-        cwd,
-        denied,
-    }
-}
-
-impl<T> Read<T> {
-    /// A `Gone` or `Denied` of another payload type.
-    fn map_none<U>(self) -> Read<U> {
-        match self {
-            Read::Ok(_) | Read::Gone => Read::Gone,
-            Read::Denied => Read::Denied,
-        }
-    }
+/// The tasks as listed: each one's processes in ascending pid order.
+fn agent_tasks(tasks: BTreeMap<i64, (i64, Vec<AgentProcess>)>) -> Vec<AgentTask> {
+    tasks
+        .into_iter()
+        .map(|(task_id, (wf, mut processes))| {
+            processes.sort_by_key(|p| p.pid);
+            AgentTask {
+                task_id,
+                workflow_instance_id: wf,
+                pids: processes.iter().map(|p| p.pid).collect(),
+                started_at: processes.iter().map(|p| p.started_at).min().unwrap_or(0),
+                processes,
+                app_ids: Vec::new(),
+            }
+        })
+        .collect()
 }
 
 /// Names what the agent lacks to read every process (SPEC §12).

@@ -5,19 +5,23 @@
 //! the view and the memory of earlier sweeps, and executes what comes back
 //! (kill orders, under the same brake, caps and token bucket as every write).
 
+mod evidence;
+mod policy;
+
+use evidence::{is_own, own_window, Seen};
+pub use evidence::{Ghost, GhostEvidence};
+pub use policy::{GhostAction, GhostPolicy, GhostRule};
+
 use crate::agent::{AgentProcess, AgentSeen, AgentTask, ReportMark};
 use crate::budget::Budget;
 use crate::candidate::Candidate;
 use crate::host;
 use crate::line::{DsLine, NEED_FAULT_TOLERANCE};
-use crate::order::OrderPid;
 use crate::plan::{Blocked, Disposition};
 use crate::view::{NodeKind, RegistryView};
 use crate::{delta, Instant};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
-use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
 /// The reason name of every ghost (and of the rules that match them).
@@ -51,119 +55,6 @@ pub struct NewerAttempt {
     pub id: i64,
     pub host: Option<String>,
     pub submit_time: Option<Instant>,
-}
-
-/// `[policy] ghost_process` and a rule's action for `ghost_process`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum GhostAction {
-    #[default]
-    Report,
-    Kill,
-}
-
-impl GhostAction {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            GhostAction::Report => "report",
-            GhostAction::Kill => "kill",
-        }
-    }
-}
-
-impl fmt::Display for GhostAction {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for GhostAction {
-    type Err = crate::policy::BadValue;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim() {
-            "report" => Ok(GhostAction::Report),
-            "kill" => Ok(GhostAction::Kill),
-            _ => Err(crate::policy::BadValue {
-                what: "ghost_process",
-                got: s.to_string(),
-                expected: "report, kill",
-            }),
-        }
-    }
-}
-
-/// A `[[policy.rules]]` entry with `reason = "ghost_process"` (or none).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct GhostRule {
-    pub task_type: Option<String>,
-    pub worker_group: Option<String>,
-    pub project_code: Option<i64>,
-    /// None: the `[policy]` default.
-    pub action: Option<GhostAction>,
-}
-
-impl GhostRule {
-    fn matches(&self, row: Option<&Candidate>) -> bool {
-        if let Some(t) = &self.task_type {
-            if !row.is_some_and(|r| r.task_type.trim().eq_ignore_ascii_case(t.trim())) {
-                return false;
-            }
-        }
-        if let Some(g) = &self.worker_group {
-            let wg = row.and_then(|r| r.worker_group.as_deref());
-            if !wg.is_some_and(|wg| wg.trim().eq_ignore_ascii_case(g.trim())) {
-                return false;
-            }
-        }
-        if let Some(p) = self.project_code {
-            if row.and_then(|r| r.project_code) != Some(p) {
-                return false;
-            }
-        }
-        true
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct GhostPolicy {
-    pub line: DsLine,
-    pub action: GhostAction,
-    /// First match wins.
-    pub rules: Vec<GhostRule>,
-    pub ghost_after: Duration,
-    pub clock_skew_tolerance: Duration,
-    pub agent_stale_after: Duration,
-    pub startup_settle: Duration,
-    pub max_actions_per_sweep: usize,
-    /// `brake.min_zombies` and `brake.max_zombie_fraction`, applied to the
-    /// kills one sweep would order against the tasks the fresh agents list.
-    pub brake_min: usize,
-    pub brake_fraction: f64,
-}
-
-impl GhostPolicy {
-    pub fn defaults(line: DsLine) -> Self {
-        GhostPolicy {
-            line,
-            action: GhostAction::Report,
-            rules: Vec::new(),
-            ghost_after: Duration::from_secs(120),
-            clock_skew_tolerance: Duration::from_secs(5),
-            agent_stale_after: Duration::from_secs(35),
-            startup_settle: Duration::from_secs(30),
-            max_actions_per_sweep: 50,
-            brake_min: 10,
-            brake_fraction: 0.5,
-        }
-    }
-
-    fn decide(&self, row: Option<&Candidate>) -> GhostAction {
-        self.rules
-            .iter()
-            .find(|r| r.matches(row))
-            .and_then(|r| r.action)
-            .unwrap_or(self.action)
-    }
 }
 
 /// What the daemon remembers of one listed task between sweeps.
@@ -251,61 +142,6 @@ pub fn over(view: &RegistryView, worker: &str, row: Option<&GhostRow>) -> Option
     None
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GhostEvidence {
-    /// Which rule of SPEC §15 the row broke.
-    pub over: Over,
-    pub row_state: Option<String>,
-    pub row_flag: Option<i32>,
-    pub row_host: Option<String>,
-    pub row_start_time: Option<Instant>,
-    pub row_end_time: Option<Instant>,
-    pub pids: Vec<i32>,
-    pub started_at: Option<Instant>,
-    /// When the daemon first read the row as over.
-    pub over_since: Instant,
-    /// Fresh reports since then that still listed the task.
-    pub reports_since: u32,
-    pub newer_attempt_id: Option<i64>,
-    pub newer_attempt_host: Option<String>,
-    /// Processes listed under the task that are not its own (a controlling
-    /// terminal, started outside the task's life, the worker JVM).
-    pub excluded_pids: Vec<i32>,
-}
-
-/// One ghost: a listed task over for `ghost_after` with processes of its own.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Ghost {
-    pub task_id: i64,
-    pub task_name: Option<String>,
-    pub task_type: Option<String>,
-    pub worker_group: Option<String>,
-    pub workflow_instance_id: Option<i64>,
-    /// The agent's worker (its registered node name).
-    pub worker: String,
-    /// The task's own processes, as the order names them.
-    pub processes: Vec<OrderPid>,
-    pub started_at: Option<Instant>,
-    pub row_state: Option<String>,
-    pub row_flag: Option<i32>,
-    pub row_host: Option<String>,
-    pub newer_attempt: Option<NewerAttempt>,
-    pub evidence: GhostEvidence,
-    pub action: GhostAction,
-    pub note: Option<String>,
-    pub disposition: Disposition,
-    /// The task's YARN applications with the RM's answers (SPEC §17),
-    /// filled in by the daemon: the plan knows nothing of the RM.
-    #[serde(default)]
-    pub remote_apps: Vec<crate::remote::RemoteApp>,
-}
-
-impl Ghost {
-    pub fn pids(&self) -> Vec<i32> {
-        self.processes.iter().map(|p| p.pid).collect()
-    }
-}
-
 /// One listed task to judge: the worker whose agent lists it and its row
 /// as read after the listing arrived (None: no row).
 pub struct Listed<'a> {
@@ -353,24 +189,23 @@ pub fn plan_ghosts(
     policy: &GhostPolicy,
     budget: &mut Budget,
 ) -> GhostPlan {
-    let ListedRead {
-        read,
-        rows,
-        live,
-        outstanding,
-    } = *listed_read;
-    let mut kept = GhostMemory::new();
     let Some(valid_since) = view.valid_since() else {
         return GhostPlan {
             ghosts: Vec::new(),
             memory: memory.clone(),
         };
     };
-    let mut ghosts = Vec::new();
-    // Kills wanted this sweep (indices into `ghosts`), admitted after the
-    // count below; and the listed tasks they are a part of.
-    let mut wanted = Vec::new();
-    let mut listed = 0usize;
+    let mut judging = Judging {
+        view,
+        listed_read,
+        memory,
+        now,
+        policy,
+        kept: GhostMemory::new(),
+        ghosts: Vec::new(),
+        wanted: Vec::new(),
+        listed: 0,
+    };
     let mut agents: Vec<(&String, &AgentSeen)> =
         view.agents.iter().map(|(w, a)| (w, &**a)).collect();
     agents.sort_by(|a, b| a.0.cmp(b.0));
@@ -384,55 +219,16 @@ pub fn plan_ghosts(
         };
         let jvm = view.workers.get(worker).and_then(|n| n.process_id);
         for task in &report.tasks {
-            if !read.contains(&task.task_id) {
-                // Listed since the read: judged next sweep, its clock kept.
-                let key = (worker.clone(), task.task_id);
-                if let Some(t) = memory.get(&key) {
-                    kept.insert(key, t.clone());
-                }
-                continue;
-            }
-            listed += 1;
-            if live.contains(&task.task_id) {
-                continue;
-            }
-            let row = rows.get(&task.task_id);
-            // most listed tasks run: decided without allocating
-            let Some(over) = over(view, worker, row) else {
-                continue;
-            };
-            let key = (worker.clone(), task.task_id);
-            let track = counted(memory.get(&key), &seen.history, task.task_id, now);
-            kept.insert(key.clone(), track.clone());
-            if now - track.over_since < delta(policy.ghost_after) || track.reports < 2 {
-                continue;
-            }
-            let window = own_window(row, track.over_since, policy.clock_skew_tolerance);
-            let (own, excluded): (Vec<&AgentProcess>, Vec<&AgentProcess>) =
-                task.processes.iter().partition(|p| is_own(p, window, jvm));
-            if own.is_empty() {
-                continue;
-            }
-            let judged = Seen {
-                worker,
-                task,
-                row,
-                over,
-                track: &track,
-                own: &own,
-                excluded: &excluded,
-            };
-            let ordered = outstanding.contains(&key)
-                || track
-                    .ordered_at
-                    .is_some_and(|at| now - at < delta(policy.ghost_after));
-            let ghost = judged.ghost(policy, ordered);
-            if ghost.disposition == Disposition::Act {
-                wanted.push(ghosts.len());
-            }
-            ghosts.push(ghost);
+            judging.task(worker, seen, jvm, task);
         }
     }
+    let Judging {
+        mut ghosts,
+        wanted,
+        listed,
+        kept,
+        ..
+    } = judging;
     admit_kills(
         &mut ghosts,
         &wanted,
@@ -445,6 +241,82 @@ pub fn plan_ghosts(
     GhostPlan {
         ghosts,
         memory: kept,
+    }
+}
+
+/// One sweep's judging of the listed tasks, one by one.
+struct Judging<'a> {
+    view: &'a RegistryView,
+    listed_read: &'a ListedRead<'a>,
+    memory: &'a GhostMemory,
+    now: Instant,
+    policy: &'a GhostPolicy,
+    /// The memory to keep for the next sweep.
+    kept: GhostMemory,
+    ghosts: Vec<Ghost>,
+    /// Kills wanted this sweep (indices into `ghosts`), admitted after the
+    /// count below; and the listed tasks they are a part of.
+    wanted: Vec<usize>,
+    listed: usize,
+}
+
+impl Judging<'_> {
+    /// Judges one task `worker`'s agent lists: a ghost, or nothing.
+    fn task(&mut self, worker: &String, seen: &AgentSeen, jvm: Option<i64>, task: &AgentTask) {
+        let ListedRead {
+            read,
+            rows,
+            live,
+            outstanding,
+        } = *self.listed_read;
+        let (memory, now, policy) = (self.memory, self.now, self.policy);
+        if !read.contains(&task.task_id) {
+            // Listed since the read: judged next sweep, its clock kept.
+            let key = (worker.clone(), task.task_id);
+            if let Some(t) = memory.get(&key) {
+                self.kept.insert(key, t.clone());
+            }
+            return;
+        }
+        self.listed += 1;
+        if live.contains(&task.task_id) {
+            return;
+        }
+        let row = rows.get(&task.task_id);
+        // most listed tasks run: decided without allocating
+        let Some(over) = over(self.view, worker, row) else {
+            return;
+        };
+        let key = (worker.clone(), task.task_id);
+        let track = counted(memory.get(&key), &seen.history, task.task_id, now);
+        self.kept.insert(key.clone(), track.clone());
+        if now - track.over_since < delta(policy.ghost_after) || track.reports < 2 {
+            return;
+        }
+        let window = own_window(row, track.over_since, policy.clock_skew_tolerance);
+        let (own, excluded): (Vec<&AgentProcess>, Vec<&AgentProcess>) =
+            task.processes.iter().partition(|p| is_own(p, window, jvm));
+        if own.is_empty() {
+            return;
+        }
+        let judged = Seen {
+            worker,
+            task,
+            row,
+            over,
+            track: &track,
+            own: &own,
+            excluded: &excluded,
+        };
+        let ordered = outstanding.contains(&key)
+            || track
+                .ordered_at
+                .is_some_and(|at| now - at < delta(policy.ghost_after));
+        let ghost = judged.ghost(policy, ordered);
+        if ghost.disposition == Disposition::Act {
+            self.wanted.push(self.ghosts.len());
+        }
+        self.ghosts.push(ghost);
     }
 }
 
@@ -469,88 +341,6 @@ fn counted(
         }
     }
     track
-}
-
-/// One listed task judged a ghost: what [`plan_ghosts`] saw of it.
-struct Seen<'a> {
-    worker: &'a String,
-    task: &'a AgentTask,
-    row: Option<&'a GhostRow>,
-    over: Over,
-    track: &'a Track,
-    own: &'a [&'a AgentProcess],
-    excluded: &'a [&'a AgentProcess],
-}
-
-impl Seen<'_> {
-    /// The ghost, with its evidence and the policy's action; a kill while
-    /// an order is outstanding (`ordered`) waits for its answer, reported.
-    fn ghost(&self, policy: &GhostPolicy, ordered: bool) -> Ghost {
-        let (row, own) = (self.row, self.own);
-        let started_at = own
-            .iter()
-            .map(|p| p.started_at)
-            .min()
-            .and_then(chrono::DateTime::from_timestamp_millis);
-        let processes: Vec<OrderPid> = own
-            .iter()
-            .map(|p| OrderPid {
-                pid: p.pid,
-                start_time: p.started_at,
-            })
-            .collect();
-        let cand = row.map(|r| &r.task);
-        let row_state = row.map(|r| {
-            policy
-                .line
-                .state_name(r.task.state)
-                .map(str::to_string)
-                .unwrap_or_else(|| format!("code {}", r.task.state))
-        });
-        let newer = row.and_then(|r| r.newer_attempt.clone());
-        let evidence = GhostEvidence {
-            over: self.over,
-            row_state: row_state.clone(),
-            row_flag: row.map(|r| r.flag),
-            row_host: cand.and_then(|c| c.host.as_deref().map(str::to_string)),
-            row_start_time: cand.and_then(|c| c.start_time),
-            row_end_time: row.and_then(|r| r.end_time),
-            pids: processes.iter().map(|p| p.pid).collect(),
-            started_at,
-            over_since: self.track.over_since,
-            reports_since: self.track.reports,
-            newer_attempt_id: newer.as_ref().map(|n| n.id),
-            newer_attempt_host: newer.as_ref().and_then(|n| n.host.clone()),
-            excluded_pids: self.excluded.iter().map(|p| p.pid).collect(),
-        };
-        let action = policy.decide(cand);
-        let (disposition, note) = match action {
-            GhostAction::Report => (Disposition::Report, None),
-            GhostAction::Kill if ordered => (Disposition::Report, Some(KILL_ORDERED.to_string())),
-            GhostAction::Kill => (Disposition::Act, None),
-        };
-        Ghost {
-            task_id: self.task.task_id,
-            task_name: cand.map(|c| c.name.clone()),
-            task_type: cand.map(|c| c.task_type.to_string()),
-            worker_group: cand.and_then(|c| c.worker_group.as_deref().map(str::to_string)),
-            workflow_instance_id: cand
-                .and_then(|c| c.workflow_instance_id)
-                .or(Some(self.task.workflow_instance_id)),
-            worker: self.worker.clone(),
-            processes,
-            started_at,
-            row_state,
-            row_flag: row.map(|r| r.flag),
-            row_host: cand.and_then(|c| c.host.as_deref().map(str::to_string)),
-            newer_attempt: newer,
-            evidence,
-            action,
-            note,
-            disposition,
-            remote_apps: Vec::new(),
-        }
-    }
 }
 
 /// Admits the wanted kills through the budget, in order — unless so many of
@@ -644,31 +434,6 @@ pub fn ordered(memory: &mut GhostMemory, worker: &str, task_id: i64, at: Instant
     if let Some(t) = memory.get_mut(&(worker.to_string(), task_id)) {
         t.ordered_at = Some(at);
     }
-}
-
-/// The start-time window of the task's own processes (epoch ms, inclusive):
-/// from the row's start (else submit) time, to its end — for a row without
-/// one, the newer attempt's submit time, else when the daemon first saw the
-/// row over — each widened by the clock skew tolerance.
-fn own_window(row: Option<&GhostRow>, over_since: Instant, skew: Duration) -> (Option<i64>, i64) {
-    let skew = delta(skew);
-    let from = row
-        .and_then(|r| r.task.start_time.or(r.task.submit_time))
-        .map(|t| (t - skew).timestamp_millis());
-    let to = row
-        .and_then(|r| {
-            r.end_time
-                .or_else(|| r.newer_attempt.as_ref().and_then(|n| n.submit_time))
-        })
-        .unwrap_or(over_since);
-    (from, (to + skew).timestamp_millis())
-}
-
-fn is_own(p: &AgentProcess, (from, to): (Option<i64>, i64), jvm: Option<i64>) -> bool {
-    !p.tty
-        && jvm != Some(i64::from(p.pid))
-        && from.is_none_or(|f| p.started_at >= f)
-        && p.started_at <= to
 }
 
 #[cfg(test)]

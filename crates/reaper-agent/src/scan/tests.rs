@@ -4,6 +4,7 @@ use super::*;
 use crate::proc::{ProcFs, ProcStat};
 use crate::testing::{Denial, Denying, FakeProc};
 use reaper_core::DsLine;
+use std::io;
 use std::path::{Path, PathBuf};
 
 const BTIME: i64 = 1_700_000_000;

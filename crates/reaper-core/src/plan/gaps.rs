@@ -113,42 +113,63 @@ fn policy() -> Policy {
     p
 }
 
-/// Plays a history, checking every plan on the way.
-fn replay(steps: &[(i64, Ev)]) -> Result<(), TestCaseError> {
-    let p = policy();
-    let mut now = 0i64;
-    let mut truth = Truth::default();
-    // A keep-alive master and worker so "no worker live" stays clear.
-    let mut view = RegistryView::invalid(t(0), "starting");
-    view.state = ViewState::Valid { since: t(0) };
-    view.upsert(NodeKind::Master, NodeInfo::new("m:5678", t(0)));
-    view.upsert(NodeKind::Worker, NodeInfo::new("keep:1234", t(0)));
-    let mut rows: Vec<Candidate> = Vec::new();
-    let mut safety = SafetyState::default();
-    // When the view last had each host live (the daemon's clock).
-    let mut seen_live: BTreeMap<usize, i64> = BTreeMap::new();
+/// The daemon's side of a history: its view, the rows it reads, and what it
+/// carries from sweep to sweep.
+struct Replay {
+    p: Policy,
+    now: i64,
+    truth: Truth,
+    view: RegistryView,
+    rows: Vec<Candidate>,
+    safety: SafetyState,
+    /// When the view last had each host live (the daemon's clock).
+    seen_live: BTreeMap<usize, i64>,
+}
 
-    for &(dt, ref ev) in steps {
-        // Events never take longer than LAG: deliver those due on the way.
-        let target = now + dt;
-        while let Some(&(at, _, _)) = truth.in_flight.first() {
+impl Replay {
+    fn new() -> Self {
+        // A keep-alive master and worker so "no worker live" stays clear.
+        let mut view = RegistryView::invalid(t(0), "starting");
+        view.state = ViewState::Valid { since: t(0) };
+        view.upsert(NodeKind::Master, NodeInfo::new("m:5678", t(0)));
+        view.upsert(NodeKind::Worker, NodeInfo::new("keep:1234", t(0)));
+        Replay {
+            p: policy(),
+            now: 0,
+            truth: Truth::default(),
+            view,
+            rows: Vec::new(),
+            safety: SafetyState::default(),
+            seen_live: BTreeMap::new(),
+        }
+    }
+
+    fn note_seen_live(&mut self) {
+        for h in 0..HOSTS {
+            if self.view.is_valid() && self.view.live(NodeKind::Worker, &name(h)).is_some() {
+                self.seen_live.insert(h, self.now);
+            }
+        }
+    }
+
+    /// Moves the clock on by `dt`. Events never take longer than LAG: those
+    /// due on the way are delivered when they fall due.
+    fn advance(&mut self, dt: i64) {
+        let target = self.now + dt;
+        while let Some(&(at, _, _)) = self.truth.in_flight.first() {
             if at + LAG > target {
                 break;
             }
-            now = now.max(at + LAG);
-            for h in 0..HOSTS {
-                if view.is_valid() && view.live(NodeKind::Worker, &name(h)).is_some() {
-                    seen_live.insert(h, now);
-                }
-            }
-            truth.deliver(&mut view, now, false);
+            self.now = self.now.max(at + LAG);
+            self.note_seen_live();
+            self.truth.deliver(&mut self.view, self.now, false);
         }
-        now = target;
-        for h in 0..HOSTS {
-            if view.is_valid() && view.live(NodeKind::Worker, &name(h)).is_some() {
-                seen_live.insert(h, now);
-            }
-        }
+        self.now = target;
+        self.note_seen_live();
+    }
+
+    fn step(&mut self, ev: &Ev) -> Result<(), TestCaseError> {
+        let (truth, view, now) = (&mut self.truth, &mut self.view, self.now);
         match *ev {
             Ev::Up(h) => {
                 if truth.live.insert(h) && !truth.in_gap {
@@ -162,7 +183,7 @@ fn replay(steps: &[(i64, Ev)]) -> Result<(), TestCaseError> {
             }
             Ev::Deliver => {
                 if !truth.in_gap {
-                    truth.deliver(&mut view, now, true);
+                    truth.deliver(view, now, true);
                 }
             }
             Ev::GapStart => {
@@ -174,67 +195,95 @@ fn replay(steps: &[(i64, Ev)]) -> Result<(), TestCaseError> {
                     reason: "gap".into(),
                 };
             }
-            Ev::GapEnd => {
-                if truth.in_gap {
-                    truth.in_gap = false;
-                    truth.last_gap_end = now;
-                    for h in 0..HOSTS {
-                        if truth.live.contains(&h) {
-                            view.upsert(NodeKind::Worker, NodeInfo::new(&name(h), t(now)));
-                        } else {
-                            view.remove(NodeKind::Worker, &name(h), t(now));
-                        }
-                    }
-                    view.restart_absence_clocks(t(now));
-                    view.state = ViewState::Valid { since: t(now) };
-                }
-            }
-            Ev::Task { host, ago } => {
-                // DS dispatches only to a worker that is live when it does.
-                if truth.live.contains(&host) {
-                    let mut c =
-                        Candidate::new(rows.len() as i64 + 1, "SHELL", 1, Some(&name(host)));
-                    c.submit_time = Some(t(now - ago.min(now)));
-                    c.workflow_instance_id = Some(1);
-                    c.workflow_host = Some("m:5678".into());
-                    rows.push(c);
-                }
-            }
-            Ev::Sweep => {
-                let pl = plan(&view, &rows, t(now), &p, &safety);
-                safety = pl.next.clone();
-                for z in pl.actions() {
-                    let h: usize = z.task.host.as_deref().unwrap()[1..2].parse().unwrap();
-                    prop_assert!(view.is_valid());
-                    if z.reason == Reason::WorkerLost {
-                        prop_assert!(
-                            view.live(NodeKind::Worker, &name(h)).is_none(),
-                            "worker_lost on a host live in the view: {:?}",
-                            z
-                        );
-                    }
-                    // Absent by the daemon's clock and after the last gap:
-                    // from when the view last had the host live, never
-                    // before the listing that ended the last gap, and for
-                    // a host the view has not had live since then, never
-                    // before the task's own submit time.
-                    let seen = seen_live.get(&h).copied();
-                    let mut absent_since = seen.unwrap_or(0).max(truth.last_gap_end);
-                    if seen.is_none_or(|s| s < truth.last_gap_end) {
-                        let submit = z.task.submit_time.unwrap().timestamp() - 1_700_000_000;
-                        absent_since = absent_since.max(submit);
-                    }
-                    prop_assert!(
-                            now - absent_since >= GRACE,
-                            "acted at {} on task {} of {} absent (after the last gap) only since {}: {:?}",
-                            now, z.task.id, name(h), absent_since, z
-                        );
-                }
-                // A written row is no longer live.
-                let acted: BTreeSet<i64> = pl.actions().map(|z| z.task.id).collect();
-                rows.retain(|c| !acted.contains(&c.id));
-            }
+            Ev::GapEnd => self.end_gap(),
+            Ev::Task { host, ago } => self.task(host, ago),
+            Ev::Sweep => self.sweep()?,
         }
+        Ok(())
+    }
+
+    fn end_gap(&mut self) {
+        let (truth, view, now) = (&mut self.truth, &mut self.view, self.now);
+        if truth.in_gap {
+            truth.in_gap = false;
+            truth.last_gap_end = now;
+            for h in 0..HOSTS {
+                if truth.live.contains(&h) {
+                    view.upsert(NodeKind::Worker, NodeInfo::new(&name(h), t(now)));
+                } else {
+                    view.remove(NodeKind::Worker, &name(h), t(now));
+                }
+            }
+            view.restart_absence_clocks(t(now));
+            view.state = ViewState::Valid { since: t(now) };
+        }
+    }
+
+    fn task(&mut self, host: usize, ago: i64) {
+        // DS dispatches only to a worker that is live when it does.
+        if self.truth.live.contains(&host) {
+            let rows = &mut self.rows;
+            let mut c = Candidate::new(rows.len() as i64 + 1, "SHELL", 1, Some(&name(host)));
+            c.submit_time = Some(t(self.now - ago.min(self.now)));
+            c.workflow_instance_id = Some(1);
+            c.workflow_host = Some("m:5678".into());
+            rows.push(c);
+        }
+    }
+
+    fn sweep(&mut self) -> Result<(), TestCaseError> {
+        let pl = plan(&self.view, &self.rows, t(self.now), &self.p, &self.safety);
+        self.safety = pl.next.clone();
+        for z in pl.actions() {
+            self.check_action(z)?;
+        }
+        // A written row is no longer live.
+        let acted: BTreeSet<i64> = pl.actions().map(|z| z.task.id).collect();
+        self.rows.retain(|c| !acted.contains(&c.id));
+        Ok(())
+    }
+
+    fn check_action(&self, z: &Zombie) -> Result<(), TestCaseError> {
+        let (view, truth, now) = (&self.view, &self.truth, self.now);
+        let h: usize = z.task.host.as_deref().unwrap()[1..2].parse().unwrap();
+        prop_assert!(view.is_valid());
+        if z.reason == Reason::WorkerLost {
+            prop_assert!(
+                view.live(NodeKind::Worker, &name(h)).is_none(),
+                "worker_lost on a host live in the view: {:?}",
+                z
+            );
+        }
+        // Absent by the daemon's clock and after the last gap:
+        // from when the view last had the host live, never
+        // before the listing that ended the last gap, and for
+        // a host the view has not had live since then, never
+        // before the task's own submit time.
+        let seen = self.seen_live.get(&h).copied();
+        let mut absent_since = seen.unwrap_or(0).max(truth.last_gap_end);
+        if seen.is_none_or(|s| s < truth.last_gap_end) {
+            let submit = z.task.submit_time.unwrap().timestamp() - 1_700_000_000;
+            absent_since = absent_since.max(submit);
+        }
+        prop_assert!(
+            now - absent_since >= GRACE,
+            "acted at {} on task {} of {} absent (after the last gap) only since {}: {:?}",
+            now,
+            z.task.id,
+            name(h),
+            absent_since,
+            z
+        );
+        Ok(())
+    }
+}
+
+/// Plays a history, checking every plan on the way.
+fn replay(steps: &[(i64, Ev)]) -> Result<(), TestCaseError> {
+    let mut r = Replay::new();
+    for &(dt, ref ev) in steps {
+        r.advance(dt);
+        r.step(ev)?;
     }
     Ok(())
 }

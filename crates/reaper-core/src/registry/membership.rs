@@ -20,9 +20,14 @@
 //!   garbage) leaves the node present with unknown times, keeps the address
 //!   it had, and is reported once per host.
 
-use super::heartbeat::{self, Heartbeat, HeartbeatError};
-use super::layout::{classify, Detected, LayoutEvidence, LayoutMode, NodeClass, NodeKey};
-use crate::{HeartbeatFormat, Instant, NodeInfo, NodeKind, RegistryView, ViewState, Zone};
+mod agents;
+mod nodes;
+
+use super::heartbeat::HeartbeatError;
+use super::layout::{Detected, LayoutEvidence, LayoutMode};
+use crate::{Instant, NodeKind, RegistryView, ViewState, Zone};
+use agents::AgentConf;
+use nodes::Leaf;
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// Losses are kept at least this long so the planner can apply its grace period.
@@ -121,15 +126,6 @@ pub struct Changes {
     pub notes: Vec<Note>,
 }
 
-struct Leaf {
-    key: NodeKey,
-    hb: Option<Heartbeat>,
-    format: Option<HeartbeatFormat>,
-    /// 14 CSV fields: 2.0.6–2.0.9.
-    csv14: bool,
-    seen_at: Instant,
-}
-
 /// See the module documentation.
 pub struct Membership {
     mode: LayoutMode,
@@ -150,13 +146,6 @@ pub struct Membership {
     agents: Option<AgentConf>,
 }
 
-#[derive(Debug, Clone)]
-struct AgentConf {
-    /// Relative to the root, no trailing slash (`/ds-reaper/agents`).
-    prefix: String,
-    stale_after: std::time::Duration,
-}
-
 impl Membership {
     /// An invalid view (`reason`, since `now`) waiting for its first listing.
     pub fn new(mode: LayoutMode, zone: Zone, now: Instant, reason: impl Into<String>) -> Self {
@@ -172,56 +161,6 @@ impl Membership {
             new_session: true,
             agents: None,
         }
-    }
-
-    /// Also keeps the agents publishing under `prefix` (relative to the
-    /// root, e.g. `/ds-reaper/agents`) in the view's `agents`.
-    pub fn with_agents(mut self, prefix: &str, stale_after: std::time::Duration) -> Self {
-        let prefix = format!("/{}", prefix.trim_matches('/'));
-        self.agents = Some(AgentConf {
-            prefix,
-            stale_after,
-        });
-        self
-    }
-
-    /// The agents' directory relative to the root, when agents are kept.
-    pub fn agent_prefix(&self) -> Option<&str> {
-        self.agents.as_ref().map(|a| a.prefix.as_str())
-    }
-
-    /// The worker an agent node's path stands for, if it is one.
-    pub fn agent_worker(&self, path: &str) -> Option<String> {
-        let conf = self.agents.as_ref()?;
-        let rest = path.strip_prefix(conf.prefix.as_str())?.strip_prefix('/')?;
-        (!rest.is_empty() && !rest.contains('/')).then(|| crate::host::normalize(rest).into_owned())
-    }
-
-    fn agent_report(
-        &mut self,
-        worker: String,
-        data: &[u8],
-        now: Instant,
-        gap: bool,
-        changes: &mut Changes,
-    ) {
-        let Some(conf) = &self.agents else { return };
-        let stale_after = conf.stale_after;
-        let report = match crate::agent::AgentReport::parse(&worker, data) {
-            Ok(r) => Some(r),
-            Err(e) => {
-                if self.warned.insert(format!("agent:{worker}")) {
-                    changes.notes.push(Note::AgentUnreadable {
-                        worker: worker.clone(),
-                        error: e.why,
-                    });
-                }
-                None
-            }
-        };
-        let prev = self.view.agents.get(&worker).map(|a| &**a);
-        let seen = crate::agent::AgentSeen::received(prev, report, now, gap, stale_after);
-        self.view.agents.insert(worker, std::sync::Arc::new(seen));
     }
 
     pub fn mode(&self) -> LayoutMode {
@@ -283,18 +222,7 @@ impl Membership {
         let after_gap = std::mem::take(&mut self.gap);
         let new_session = std::mem::take(&mut self.new_session);
         let mut changes = Changes::default();
-        let old_seen: HashMap<(NodeKind, String), Instant> = self
-            .view
-            .workers
-            .values()
-            .map(|n| ((NodeKind::Worker, n.host.clone()), n.seen_at))
-            .chain(
-                self.view
-                    .masters
-                    .values()
-                    .map(|n| ((NodeKind::Master, n.host.clone()), n.seen_at)),
-            )
-            .collect();
+        let old_seen = self.seen_by_host();
         self.leaves.clear();
         self.by_host.clear();
         self.legacy_dir_seen = listing.legacy_dir;
@@ -307,35 +235,10 @@ impl Membership {
                 self.agent_report(worker, &node.data, now, after_gap, &mut changes);
                 continue;
             }
-            let NodeClass::Server(key) = classify(self.mode, &node.path, Some(node.ephemeral))
-            else {
-                continue;
-            };
-            let seen = if new_session {
-                now
-            } else {
-                old_seen
-                    .get(&(key.kind, key.host.clone()))
-                    .copied()
-                    .unwrap_or(now)
-            };
-            let leaf = self.make_leaf(key, &node.data, seen, &mut changes);
-            self.by_host
-                .entry((leaf.key.kind, leaf.key.host.clone()))
-                .or_default()
-                .insert(node.path.clone());
-            changes.read.push(node.path.clone());
-            self.leaves.insert(node.path, leaf);
+            let kept_seen = (!new_session).then_some(&old_seen);
+            self.list_server(node, kept_seen, now, &mut changes);
         }
-        // Agents whose node is gone keep their last listings for the hold
-        // (SPEC §12) until those are too old to matter.
-        for (worker, prev) in old_agents {
-            if now - prev.received_at <= crate::agent::LISTED_KEEP {
-                self.view
-                    .agents
-                    .insert(worker, std::sync::Arc::new(prev.gone(now)));
-            }
-        }
+        self.keep_gone_agents(old_agents, now);
         // Hosts that went while the view was not watching are lost as of now.
         for (kind, host) in old_seen.keys() {
             if !self.by_host.contains_key(&(*kind, host.clone())) {
@@ -365,6 +268,21 @@ impl Membership {
         changes
     }
 
+    /// Every host in the view with its `seen_at`.
+    fn seen_by_host(&self) -> HashMap<(NodeKind, String), Instant> {
+        self.view
+            .workers
+            .values()
+            .map(|n| ((NodeKind::Worker, n.host.clone()), n.seen_at))
+            .chain(
+                self.view
+                    .masters
+                    .values()
+                    .map(|n| ((NodeKind::Master, n.host.clone()), n.seen_at)),
+            )
+            .collect()
+    }
+
     /// Applies node events that arrived together at `now`; each host they
     /// touch is re-derived once, after all of them.
     pub fn apply(&mut self, events: impl IntoIterator<Item = NodeEvent>, now: Instant) -> Changes {
@@ -377,67 +295,10 @@ impl Membership {
                 | NodeEvent::DataChanged { path, .. } => self.agent_worker(path),
             };
             if let Some(worker) = agent_path {
-                match ev {
-                    NodeEvent::Deleted { .. } => {
-                        // Not fresh any more, but what it listed still holds.
-                        if let Some(a) = self.view.agents.get_mut(&worker) {
-                            *a = std::sync::Arc::new(a.gone(now));
-                        }
-                    }
-                    NodeEvent::Present { data, .. } | NodeEvent::DataChanged { data, .. } => {
-                        self.agent_report(worker, &data, now, false, &mut changes)
-                    }
-                }
-                changes.publish = true;
+                self.agent_event(worker, ev, now, &mut changes);
                 continue;
             }
-            match ev {
-                NodeEvent::Deleted { path } => touched.extend(self.drop_leaf(&path)),
-                NodeEvent::Present {
-                    path,
-                    data,
-                    ephemeral,
-                } => {
-                    let NodeClass::Server(key) = classify(self.mode, &path, Some(ephemeral)) else {
-                        continue;
-                    };
-                    let hk = (key.kind, key.host.clone());
-                    let leaf = match self.leaves.remove(&path) {
-                        Some(mut leaf) if leaf.key == key => {
-                            self.read_into(&mut leaf, &data, &mut changes);
-                            leaf
-                        }
-                        other => {
-                            // A path's key follows from the path, so a known
-                            // path never changes hands; were it to, the old
-                            // host must not keep it.
-                            if let Some(old) = other {
-                                let ok = (old.key.kind, old.key.host);
-                                if let Some(set) = self.by_host.get_mut(&ok) {
-                                    set.remove(&path);
-                                }
-                                touched.push(ok);
-                            }
-                            self.make_leaf(key, &data, now, &mut changes)
-                        }
-                    };
-                    self.leaves.insert(path.clone(), leaf);
-                    self.by_host
-                        .entry(hk.clone())
-                        .or_default()
-                        .insert(path.clone());
-                    changes.read.push(path);
-                    touched.push(hk);
-                }
-                NodeEvent::DataChanged { path, data } => {
-                    if let Some(mut leaf) = self.leaves.remove(&path) {
-                        self.read_into(&mut leaf, &data, &mut changes);
-                        touched.push((leaf.key.kind, leaf.key.host.clone()));
-                        self.leaves.insert(path.clone(), leaf);
-                        changes.read.push(path);
-                    }
-                }
-            }
+            self.server_event(ev, now, &mut changes, &mut touched);
         }
         if touched.is_empty() {
             return changes;
@@ -494,112 +355,6 @@ impl Membership {
             membership: pruned,
             ..Changes::default()
         }
-    }
-
-    fn drop_leaf(&mut self, path: &str) -> Option<(NodeKind, String)> {
-        let leaf = self.leaves.remove(path)?;
-        let key = (leaf.key.kind, leaf.key.host);
-        if let Some(set) = self.by_host.get_mut(&key) {
-            set.remove(path);
-        }
-        Some(key)
-    }
-
-    fn make_leaf(
-        &mut self,
-        key: NodeKey,
-        data: &[u8],
-        seen_at: Instant,
-        changes: &mut Changes,
-    ) -> Leaf {
-        let mut leaf = Leaf {
-            key,
-            hb: None,
-            format: None,
-            csv14: false,
-            seen_at,
-        };
-        self.read_into(&mut leaf, data, changes);
-        leaf
-    }
-
-    fn read_into(&mut self, leaf: &mut Leaf, data: &[u8], changes: &mut Changes) {
-        match heartbeat::parse(data, self.zone) {
-            Ok((hb, f)) => {
-                leaf.csv14 = f == HeartbeatFormat::CsvEpoch
-                    && data.iter().filter(|b| **b == b',').count() == 13;
-                leaf.hb = Some(hb);
-                leaf.format = Some(f);
-            }
-            Err(error) => {
-                leaf.hb = None;
-                leaf.format = None;
-                leaf.csv14 = false;
-                if self.warned.insert(leaf.key.host.clone()) {
-                    changes.notes.push(Note::Unreadable {
-                        host: leaf.key.host.clone(),
-                        error,
-                    });
-                }
-            }
-        }
-    }
-
-    /// Re-derives one host's entry in the view from its nodes.
-    fn refresh_host(&mut self, kind: NodeKind, host: &str, now: Instant, changes: &mut Changes) {
-        let key = (kind, host.to_string());
-        let paths = match self.by_host.get(&key) {
-            Some(p) if !p.is_empty() => p,
-            _ => {
-                self.by_host.remove(&key);
-                if self.view.remove(kind, host, now) {
-                    changes.membership = true;
-                    changes.notes.push(Note::Gone {
-                        kind,
-                        host: host.to_string(),
-                    });
-                }
-                return;
-            }
-        };
-        let leaves: Vec<&Leaf> = paths.iter().filter_map(|p| self.leaves.get(p)).collect();
-        // The freshest heartbeat wins when a worker is registered in several groups.
-        let best = leaves
-            .iter()
-            .filter_map(|l| l.hb.as_ref())
-            .max_by_key(|hb| (hb.report_time, hb.startup_time));
-        let mut groups: Vec<String> = leaves.iter().filter_map(|l| l.key.group.clone()).collect();
-        groups.sort();
-        groups.dedup();
-        let seen_at = leaves.iter().map(|l| l.seen_at).min().unwrap_or(now);
-        let existing = match kind {
-            NodeKind::Worker => self.view.workers.get(host),
-            NodeKind::Master => self.view.masters.get(host),
-        };
-        // 3.3+ task rows name the heartbeat's host:port, not the node. Data
-        // that cannot be read (yet) says nothing about it: the live node keeps
-        // the address it had, or its tasks would stop matching it.
-        let address = match best {
-            Some(hb) => hb.address.clone(),
-            None => existing.and_then(|n| n.address.clone()),
-        };
-        let existed = existing.is_some();
-        let mut info = NodeInfo::new(host, seen_at).with_address(address.as_deref());
-        if let Some(hb) = best {
-            info.startup_time = hb.startup_time;
-            info.report_time = hb.report_time;
-            info.status = hb.status.clone();
-            info.process_id = hb.process_id;
-        }
-        info.groups = groups;
-        if !existed {
-            changes.membership = true;
-            changes.notes.push(Note::Present {
-                kind,
-                host: host.to_string(),
-            });
-        }
-        self.view.upsert(kind, info);
     }
 }
 

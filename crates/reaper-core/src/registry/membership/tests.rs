@@ -1,5 +1,5 @@
 use super::*;
-use crate::{DsLine, RegistryLayout};
+use crate::{DsLine, NodeInfo, RegistryLayout};
 use chrono::TimeZone;
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
