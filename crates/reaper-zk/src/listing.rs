@@ -22,6 +22,24 @@ pub(crate) async fn list_all(
     agents: Option<&str>,
     rt: Duration,
 ) -> Result<Listing, ZkError> {
+    let (leaves, legacy_dir) = leaf_paths(client, root, mode, agents, rt).await?;
+    let nodes = read_leaves(client, root, leaves, rt).await?;
+    Ok(Listing { nodes, legacy_dir })
+}
+
+/// A server node's path, and whether it is ephemeral when its listing
+/// already told (a worker directly under `/nodes/worker`).
+type Leaf = (String, Option<bool>);
+
+/// The paths of every server (and agent) node, and whether a 1.2-style
+/// `/workers` or `/masters` directory exists.
+async fn leaf_paths(
+    client: &zk::Client,
+    root: &str,
+    mode: LayoutMode,
+    agents: Option<&str>,
+    rt: Duration,
+) -> Result<(Vec<Leaf>, bool), ZkError> {
     let full = |rel: &str| format!("{root}{rel}");
     let children = |rel: String| {
         let path = full(&rel);
@@ -33,7 +51,7 @@ pub(crate) async fn list_all(
             }
         }
     };
-    let mut leaf_paths: Vec<(String, Option<bool>)> = Vec::new();
+    let mut leaf_paths: Vec<Leaf> = Vec::new();
     let mut legacy_dir = false;
     let mut dirs = Vec::new();
     if mode.legacy_allowed() {
@@ -74,8 +92,18 @@ pub(crate) async fn list_all(
             leaf_paths.extend(kids.into_iter().map(|k| (format!("{rel}/{k}"), None)));
         }
     }
-    let reads = leaf_paths.into_iter().map(|(rel, eph)| {
-        let path = full(&rel);
+    Ok((leaf_paths, legacy_dir))
+}
+
+/// The data of every leaf; a node gone since its listing is left out.
+async fn read_leaves(
+    client: &zk::Client,
+    root: &str,
+    leaves: Vec<Leaf>,
+    rt: Duration,
+) -> Result<Vec<ListedNode>, ZkError> {
+    let reads = leaves.into_iter().map(|(rel, eph)| {
+        let path = format!("{root}{rel}");
         async move {
             match bounded(rt, client.get_data(&path)).await {
                 Ok((data, stat)) => Ok(Some(ListedNode {
@@ -94,7 +122,7 @@ pub(crate) async fn list_all(
             nodes.push(n);
         }
     }
-    Ok(Listing { nodes, legacy_dir })
+    Ok(nodes)
 }
 
 /// Reads DS's master-failover locks (SPEC §13) under `root`: per master (or
