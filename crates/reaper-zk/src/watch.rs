@@ -390,37 +390,6 @@ impl Watcher {
             }
         }
     }
-
-    async fn flush_dirty(&mut self, client: &zk::Client) {
-        let due = {
-            let shared = lock(&self.inner.shared);
-            self.coalesce.take_due(|p| shared.membership.contains(p))
-        };
-        if due.is_empty() {
-            return;
-        }
-        let rt = self.inner.settings.request_timeout;
-        let reads = due.iter().map(|rel| {
-            let path = self.full(rel);
-            async move { bounded(rt, client.get_data(&path)).await }
-        });
-        let results = futures::future::join_all(reads).await;
-        let mut events = Vec::new();
-        for (rel, r) in due.into_iter().zip(results) {
-            match r {
-                Ok((data, _)) => events.push(NodeEvent::DataChanged { path: rel, data }),
-                // The deletion event follows and is handled on its own.
-                Err(ZkError::Zk(zk::Error::NoNode)) => {}
-                Err(e) => {
-                    self.inner.error();
-                    tracing::warn!(path = %rel, error = %e, "re-reading a registry node failed");
-                    self.coalesce.dirty.insert(rel);
-                }
-            }
-        }
-        let c = self.change(|m| m.apply(events, Utc::now()));
-        self.coalesce.read(&c.read);
-    }
 }
 
 /// What a batch of events asks for.
