@@ -33,6 +33,9 @@ fi
 profile=()
 if [ "${FUZZ_DEV:-0}" = 1 ]; then profile=(--dev); fi
 cargo +nightly fuzz build -s none "${profile[@]}"
+# FUZZ_BUILD_ONLY=1: the build alone (the test command builds in the background
+# while the workspace tests compile, and runs the targets later).
+if [ "${FUZZ_BUILD_ONLY:-0}" = 1 ]; then exit 0; fi
 failed=0
 for t in "${targets[@]}"; do
     corpus="$work/corpus/$t"
