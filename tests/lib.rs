@@ -111,14 +111,7 @@ impl DerefMut for Daemon {
 pub fn config_toml(db_url: &str, root: &str, port: u16, audit: &str, extra: &str) -> String {
     format!(
         r#"
-[dolphinscheduler]
-version = "auto"
-time_zone = "UTC"
-[zookeeper]
-connect = "{zk}"
-root = "{root}"
-session_timeout = "10s"
-[database]
+{head}[database]
 url = "{db_url}"
 [reconcile]
 sweep_interval = "1s"
@@ -136,7 +129,7 @@ format = "json"
 level = "info"
 {extra}
 "#,
-        zk = zk_connect()
+        head = ds_sim::reaper::zk_header(&zk_connect(), root, "10s"),
     )
 }
 
@@ -242,8 +235,7 @@ pub async fn server(
     ds_sim::zk::SimServer::register_with(
         &zk_connect(),
         root,
-        line,
-        kind,
+        (line, kind),
         host,
         groups,
         long_ago(),
@@ -278,8 +270,7 @@ pub async fn master_and_three_workers(
             ds_sim::zk::SimServer::register_with(
                 zk,
                 root,
-                line,
-                kind,
+                (line, kind),
                 host,
                 &[],
                 started,

@@ -151,12 +151,10 @@ pub struct EtcdSimServer {
 impl EtcdSimServer {
     /// Puts the server's key(s) with the line's heartbeat, each bound to a
     /// lease of its own, and starts refreshing heartbeat and leases.
-    #[allow(clippy::too_many_arguments)]
     pub async fn register(
         endpoints: &[String],
         namespace: &str,
-        line: DsLine,
-        kind: NodeKind,
+        (line, kind): (DsLine, NodeKind),
         host: &str,
         groups: &[&str],
         startup_time: Instant,

@@ -16,6 +16,16 @@ const POLL_EVERY: Duration = Duration::from_millis(150);
 
 /// A port nobody listens on right now (the kernel's choice), for a daemon's
 /// or an agent's `listen`.
+/// The start every ds-reaper config written by the simulator shares: the
+/// line detected, times in UTC, the ZooKeeper registry at `zk` under `root`
+/// with the given session timeout (e.g. "10s").
+pub fn zk_header(zk: &str, root: &str, session_timeout: &str) -> String {
+    format!(
+        "[dolphinscheduler]\nversion = \"auto\"\ntime_zone = \"UTC\"\n\
+         [zookeeper]\nconnect = \"{zk}\"\nroot = \"{root}\"\nsession_timeout = \"{session_timeout}\"\n"
+    )
+}
+
 pub fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?

@@ -201,8 +201,7 @@ impl SimServer {
         Self::register_with(
             connect,
             root,
-            line,
-            kind,
+            (line, kind),
             host,
             groups,
             startup_time,
@@ -213,12 +212,10 @@ impl SimServer {
 
     /// Creates the persistent parents, the ephemeral node(s) with the line's
     /// heartbeat, and starts refreshing `reportTime` every `opts.interval`.
-    #[allow(clippy::too_many_arguments)]
     pub async fn register_with(
         connect: &str,
         root: &str,
-        line: DsLine,
-        kind: NodeKind,
+        (line, kind): (DsLine, NodeKind),
         host: &str,
         groups: &[&str],
         startup_time: Instant,
@@ -425,12 +422,10 @@ pub struct SimFleet {
 }
 
 impl SimFleet {
-    #[allow(clippy::too_many_arguments)]
     pub async fn register(
         connect: &str,
         root: &str,
-        line: DsLine,
-        kind: NodeKind,
+        (line, kind): (DsLine, NodeKind),
         hosts: &[String],
         groups: &[&str],
         startup_time: Instant,

@@ -277,8 +277,7 @@ async fn an_etcd_order_kills_the_tree_and_is_answered() {
     let _w = EtcdSimServer::register(
         &eps,
         &ns,
-        DsLine::V3_2,
-        NodeKind::Worker,
+        (DsLine::V3_2, NodeKind::Worker),
         worker,
         &[],
         chrono::Utc::now(),

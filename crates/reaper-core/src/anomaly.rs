@@ -219,33 +219,44 @@ pub struct AnomalyReport {
     pub oldest_live_seconds: BTreeMap<String, i64>,
 }
 
-/// Judges the rows of a sweep. `candidates` are the sweep's task candidates
-/// and `rows.others` the other non-finished rows of the same read (a row is
-/// counted once even if both hold it); `workflows` the sweep's workflow
-/// candidates. Nothing is judged against an invalid view: whether a master
-/// is live cannot be told.
-#[allow(clippy::too_many_arguments)]
+/// What one sweep read, as [`plan_anomalies`] judges it.
+#[derive(Debug, Clone, Copy)]
+pub struct SweepRows<'a> {
+    /// The sweep's task candidates.
+    pub candidates: &'a [Candidate],
+    /// The other non-finished rows of the same read (a row is counted once
+    /// even if both hold it), and 3.4's serial queue.
+    pub rows: &'a AnomalyRows,
+    /// The sweep's workflow candidates.
+    pub workflows: &'a [WorkflowCandidate],
+    /// The states the candidates were read in.
+    pub candidate_states: &'a [i32],
+}
+
+/// Judges the rows of a sweep. Nothing is judged against an invalid view:
+/// whether a master is live cannot be told.
 pub fn plan_anomalies(
     view: &RegistryView,
     line: DsLine,
-    candidates: &[Candidate],
-    rows: &AnomalyRows,
-    workflows: &[WorkflowCandidate],
-    candidate_states: &[i32],
+    sweep: SweepRows<'_>,
     now: Instant,
     settings: &AnomalySettings,
 ) -> AnomalyReport {
     let mut report = plan_task_anomalies(
         view,
         line,
-        candidates,
-        rows,
-        candidate_states,
+        sweep.candidates,
+        sweep.rows,
+        sweep.candidate_states,
         now,
         settings,
     );
     report.anomalies.extend(plan_workflow_anomalies(
-        view, line, workflows, now, settings,
+        view,
+        line,
+        sweep.workflows,
+        now,
+        settings,
     ));
     report
 }

@@ -34,8 +34,7 @@ async fn removal_to_view_update() {
     let mut sim = EtcdSimServer::register(
         &eps,
         &ns,
-        DsLine::V3_2,
-        NodeKind::Worker,
+        (DsLine::V3_2, NodeKind::Worker),
         h,
         &[],
         Utc::now(),

@@ -20,8 +20,7 @@ async fn worker(eps: &[String], host: &str) -> EtcdSimServer {
     EtcdSimServer::register(
         eps,
         NS,
-        DsLine::V3_2,
-        NodeKind::Worker,
+        (DsLine::V3_2, NodeKind::Worker),
         host,
         &[],
         Utc::now(),

@@ -18,8 +18,7 @@ async fn worker(eps: &[String], ns: &str, host: &str, opts: EtcdSimOptions) -> E
     EtcdSimServer::register(
         eps,
         ns,
-        DsLine::V3_2,
-        NodeKind::Worker,
+        (DsLine::V3_2, NodeKind::Worker),
         host,
         &[],
         Utc::now(),
@@ -40,8 +39,7 @@ async fn a_workers_loss_is_stamped_when_the_delete_arrives_and_its_entry_removed
     let _m = EtcdSimServer::register(
         &eps,
         &ns,
-        DsLine::V3_2,
-        NodeKind::Master,
+        (DsLine::V3_2, NodeKind::Master),
         "10.0.1.9:5678",
         &[],
         Utc::now(),

@@ -30,8 +30,7 @@ async fn deletion_to_view_update() {
     let mut sim = SimServer::register_with(
         &zk,
         &root,
-        DsLine::V3_2,
-        NodeKind::Worker,
+        (DsLine::V3_2, NodeKind::Worker),
         h,
         &[],
         Utc::now(),
@@ -86,8 +85,7 @@ async fn server_restart_to_valid_view() {
     let _sim = SimServer::register_with(
         &connect,
         "/dolphinscheduler",
-        DsLine::V3_2,
-        NodeKind::Worker,
+        (DsLine::V3_2, NodeKind::Worker),
         "10.0.9.2:1234",
         &[],
         Utc::now(),
@@ -137,8 +135,7 @@ async fn large_cluster_2000_workers() {
     let fleet = ds_sim::zk::SimFleet::register(
         &zk,
         &root,
-        DsLine::V3_2,
-        NodeKind::Worker,
+        (DsLine::V3_2, NodeKind::Worker),
         &hosts,
         &[],
         Utc::now(),

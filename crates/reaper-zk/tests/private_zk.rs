@@ -29,8 +29,7 @@ async fn server_restart_invalidates_then_revalidates_with_the_same_hosts() {
             SimServer::register_with(
                 &connect,
                 root,
-                DsLine::V3_1,
-                NodeKind::Worker,
+                (DsLine::V3_1, NodeKind::Worker),
                 h,
                 &[],
                 Utc::now(),
@@ -79,8 +78,7 @@ async fn expired_session_invalidates_until_relisted() {
     let _sim = SimServer::register_with(
         &connect,
         root,
-        DsLine::V1_3,
-        NodeKind::Worker,
+        (DsLine::V1_3, NodeKind::Worker),
         h,
         &["default"],
         Utc::now(),
@@ -92,8 +90,7 @@ async fn expired_session_invalidates_until_relisted() {
     let mut early_sim = SimServer::register_with(
         &connect,
         root,
-        DsLine::V1_3,
-        NodeKind::Worker,
+        (DsLine::V1_3, NodeKind::Worker),
         early,
         &["default"],
         Utc::now(),
@@ -106,8 +103,7 @@ async fn expired_session_invalidates_until_relisted() {
     let _short_sim = SimServer::register_with(
         &connect,
         root,
-        DsLine::V1_3,
-        NodeKind::Worker,
+        (DsLine::V1_3, NodeKind::Worker),
         short,
         &["default"],
         Utc::now(),
@@ -180,8 +176,7 @@ async fn host_gone_around_a_server_restart_is_lost_after_it() {
     let _a = SimServer::register_with(
         &connect,
         root,
-        DsLine::V3_2,
-        NodeKind::Worker,
+        (DsLine::V3_2, NodeKind::Worker),
         stay,
         &[],
         Utc::now(),
@@ -192,8 +187,7 @@ async fn host_gone_around_a_server_restart_is_lost_after_it() {
     let mut b = SimServer::register_with(
         &connect,
         root,
-        DsLine::V3_2,
-        NodeKind::Worker,
+        (DsLine::V3_2, NodeKind::Worker),
         go,
         &[],
         Utc::now(),
@@ -250,8 +244,7 @@ async fn server_crash_kill9_then_restart() {
     let _sim = SimServer::register_with(
         &connect,
         "/ds",
-        DsLine::V3_3,
-        NodeKind::Worker,
+        (DsLine::V3_3, NodeKind::Worker),
         h,
         &[],
         Utc::now(),
@@ -377,8 +370,7 @@ async fn a_loss_before_any_gap_counts_from_the_listing_after_it() {
     let _stay = SimServer::register_with(
         &connect,
         root,
-        DsLine::V3_3,
-        NodeKind::Worker,
+        (DsLine::V3_3, NodeKind::Worker),
         stay,
         &[],
         Utc::now(),
@@ -389,8 +381,7 @@ async fn a_loss_before_any_gap_counts_from_the_listing_after_it() {
     let mut gone = SimServer::register_with(
         &connect,
         root,
-        DsLine::V3_3,
-        NodeKind::Worker,
+        (DsLine::V3_3, NodeKind::Worker),
         go,
         &[],
         Utc::now(),

@@ -25,8 +25,7 @@ async fn exercise_line(zk: &str, line: DsLine, explicit: bool) {
     let mut worker = SimServer::register_with(
         zk,
         &root,
-        line,
-        NodeKind::Worker,
+        (line, NodeKind::Worker),
         w,
         &["default"],
         startup,
@@ -37,8 +36,7 @@ async fn exercise_line(zk: &str, line: DsLine, explicit: bool) {
     let master = SimServer::register_with(
         zk,
         &root,
-        line,
-        NodeKind::Master,
+        (line, NodeKind::Master),
         m,
         &[],
         startup,
@@ -129,8 +127,7 @@ async fn grouped_worker_in_two_groups_is_one_host() {
     let mut s = SimServer::register_with(
         &zk,
         &root,
-        DsLine::V2_0,
-        NodeKind::Worker,
+        (DsLine::V2_0, NodeKind::Worker),
         h,
         &["default", "GPU"],
         Utc::now(),
@@ -171,8 +168,7 @@ async fn unreadable_data_keeps_the_node_present() {
     let s = SimServer::register_with(
         &zk,
         &root,
-        DsLine::V1_3,
-        NodeKind::Worker,
+        (DsLine::V1_3, NodeKind::Worker),
         h,
         &[],
         Utc::now(),
@@ -224,8 +220,7 @@ async fn report_time_follows_heartbeats() {
     let _s = SimServer::register_with(
         &zk,
         &root,
-        DsLine::V3_2,
-        NodeKind::Worker,
+        (DsLine::V3_2, NodeKind::Worker),
         h,
         &[],
         Utc::now(),
@@ -268,8 +263,7 @@ async fn heartbeat_data_reaches_the_view_without_waking_the_engine() {
     let mut s = SimServer::register_with(
         &zk,
         &root,
-        DsLine::V3_2,
-        NodeKind::Worker,
+        (DsLine::V3_2, NodeKind::Worker),
         h,
         &[],
         Utc::now(),

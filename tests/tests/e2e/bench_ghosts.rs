@@ -49,8 +49,7 @@ async fn bench_ghost_sweep() -> anyhow::Result<()> {
     let fleet = ds_sim::zk::SimFleet::register(
         &zk_connect(),
         &root,
-        line,
-        NodeKind::Worker,
+        (line, NodeKind::Worker),
         &hosts,
         &[],
         long_ago(),

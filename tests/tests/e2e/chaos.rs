@@ -119,8 +119,7 @@ async fn chaos_zookeeper_killed_and_restarted() -> Result<()> {
         SimServer::register_with(
             &zk,
             &root,
-            db.line,
-            kind,
+            (db.line, kind),
             host,
             &[],
             started(),
@@ -410,8 +409,7 @@ async fn chaos_hundred_flapping_workers() -> Result<()> {
     let fleet = SimFleet::register(
         &zk,
         &root,
-        db.line,
-        NodeKind::Worker,
+        (db.line, NodeKind::Worker),
         &hosts,
         &[],
         started(),

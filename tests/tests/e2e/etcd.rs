@@ -51,8 +51,7 @@ async fn etcd_server_ttl(
     EtcdSimServer::register(
         endpoints,
         ns,
-        DsLine::V3_2,
-        kind,
+        (DsLine::V3_2, kind),
         host,
         &[],
         long_ago(),

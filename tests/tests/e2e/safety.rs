@@ -193,7 +193,7 @@ async fn zookeeper_outage_invalidates_the_view_and_blocks_writes() -> anyhow::Re
         let connect = connect.clone();
         let root = root.clone();
         async move {
-            SimServer::register_with(&connect, &root, line, kind, host, &[], long_ago(), opts())
+            SimServer::register_with(&connect, &root, (line, kind), host, &[], long_ago(), opts())
                 .await
         }
     };

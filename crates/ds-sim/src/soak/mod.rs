@@ -227,14 +227,7 @@ const HISTORY_DDL: &[&str] = &[
 
 fn replica_config(zk: &str, root: &str, db: &str, port: u16, audit: &Path) -> String {
     format!(
-        r#"[dolphinscheduler]
-version = "auto"
-time_zone = "UTC"
-[zookeeper]
-connect = "{zk}"
-root = "{root}"
-session_timeout = "6s"
-[database]
+        r#"{head}[database]
 url = "{db}"
 statement_timeout = "5s"
 [reconcile]
@@ -272,20 +265,14 @@ path = "{audit}"
 format = "json"
 level = "info"
 "#,
+        head = crate::reaper::zk_header(zk, root, "6s"),
         audit = audit.display()
     )
 }
 
 fn agent_config(zk: &str, root: &str, worker: &str, exec: &Path, port: u16) -> String {
     format!(
-        r#"[dolphinscheduler]
-version = "auto"
-time_zone = "UTC"
-[zookeeper]
-connect = "{zk}"
-root = "{root}"
-session_timeout = "4s"
-[agent]
+        r#"{head}[agent]
 worker = "{worker}"
 exec_base = "{exec}"
 scan_interval = "1s"
@@ -296,6 +283,7 @@ listen = "127.0.0.1:{port}"
 format = "json"
 level = "info"
 "#,
+        head = crate::reaper::zk_header(zk, root, "4s"),
         exec = exec.display()
     )
 }
@@ -356,8 +344,7 @@ pub async fn run(opts: SoakOpts) -> Result<SoakOutcome> {
         let s = SimServer::register_with(
             &zk_connect,
             &root,
-            db.line,
-            ServerKind::Master,
+            (db.line, ServerKind::Master),
             &host,
             &[],
             started,
@@ -372,8 +359,7 @@ pub async fn run(opts: SoakOpts) -> Result<SoakOutcome> {
         let s = SimServer::register_with(
             &zk_connect,
             &root,
-            db.line,
-            ServerKind::Worker,
+            (db.line, ServerKind::Worker),
             &host,
             &[],
             started,

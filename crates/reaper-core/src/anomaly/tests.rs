@@ -49,10 +49,12 @@ fn run(
     plan_anomalies(
         v,
         line,
-        cands,
-        rows,
-        wfs,
-        &line.default_live_states(),
+        SweepRows {
+            candidates: cands,
+            rows,
+            workflows: wfs,
+            candidate_states: &line.default_live_states(),
+        },
         t(now),
         &settings(),
     )

@@ -10,7 +10,7 @@
 use super::{min, ms, runs};
 use anyhow::{bail, Result};
 use ds_sim::db::{SimDb, SimKind};
-use reaper_core::anomaly::{plan_anomalies, AnomalySettings};
+use reaper_core::anomaly::{plan_anomalies, AnomalySettings, SweepRows};
 use reaper_core::ports::{Scan, TaskStore};
 use reaper_core::{DsLine, NodeInfo, NodeKind, RegistryView, ViewState, Zone};
 use reaper_sql::{Db, DbSettings, SqlStore, SweepCursor, WorkflowCursor};
@@ -79,10 +79,12 @@ async fn sweep(
         let report = plan_anomalies(
             view,
             line,
-            &cands,
-            &rows,
-            &wfs,
-            &STATES,
+            SweepRows {
+                candidates: &cands,
+                rows: &rows,
+                workflows: &wfs,
+                candidate_states: &STATES,
+            },
             chrono::Utc::now(),
             &AnomalySettings::default(),
         );

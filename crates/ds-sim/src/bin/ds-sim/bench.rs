@@ -24,14 +24,7 @@ fn result(key: &str, value: f64) {
 
 fn config(zk: &str, root: &str, url: &str, port: u16, dir: &Path, extra: &str) -> String {
     format!(
-        r#"[dolphinscheduler]
-version = "auto"
-time_zone = "UTC"
-[zookeeper]
-connect = "{zk}"
-root = "{root}"
-session_timeout = "30s"
-[database]
+        r#"{head}[database]
 url = "{url}"
 {extra}
 [http]
@@ -42,6 +35,7 @@ path = "{audit}"
 format = "json"
 level = "warn"
 "#,
+        head = ds_sim::reaper::zk_header(zk, root, "30s"),
         audit = dir.join("audit.jsonl").display()
     )
 }
@@ -376,8 +370,7 @@ async fn steady_body(
     let fleet = SimFleet::register(
         zk,
         root,
-        db.line,
-        ServerKind::Worker,
+        (db.line, ServerKind::Worker),
         &hosts,
         &[],
         started,

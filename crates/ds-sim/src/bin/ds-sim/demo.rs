@@ -187,8 +187,7 @@ impl Registry {
                 EtcdSimServer::register(
                     &self.etcd,
                     &self.namespace,
-                    line,
-                    kind,
+                    (line, kind),
                     host,
                     &[],
                     started,
@@ -1366,14 +1365,7 @@ async fn final_checks(
 /// second); `extra` goes into its `[agent]` table.
 fn agent_toml(reg: &Registry, worker: &str, exec: &Path, port: u16, extra: &str) -> String {
     format!(
-        r#"[dolphinscheduler]
-version = "auto"
-time_zone = "UTC"
-[zookeeper]
-connect = "{zk}"
-root = "{root}"
-session_timeout = "10s"
-[agent]
+        r#"{head}[agent]
 worker = "{worker}"
 exec_base = "{exec}"
 scan_interval = "1s"
@@ -1383,8 +1375,7 @@ listen = "127.0.0.1:{port}"
 format = "pretty"
 level = "info"
 "#,
-        zk = reg.zk,
-        root = reg.root,
+        head = ds_sim::reaper::zk_header(&reg.zk, &reg.root, "10s"),
         exec = exec.display(),
     )
 }

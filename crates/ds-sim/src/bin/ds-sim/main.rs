@@ -9,7 +9,7 @@
 
 use anyhow::Result;
 use chrono::{Duration as TimeDelta, Utc};
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use ds_sim::db::{SchemaSource, SimDb, SimKind, TaskSpec, WorkflowSpec};
 use ds_sim::zk::{delete_tree, ServerKind, SimServer};
 use std::path::PathBuf;
@@ -77,31 +77,7 @@ enum Cmd {
         heartbeat_seconds: u64,
     },
     /// A randomized fault soak judged by an oracle (exit 1 on any wrong write).
-    Soak {
-        /// How long to inject faults (e.g. 3m, 30m).
-        #[arg(long, default_value = "3m")]
-        duration: String,
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        #[arg(long, default_value_t = 50)]
-        workers: usize,
-        #[arg(long, default_value_t = 3)]
-        masters: usize,
-        /// Workers (the first ones) with a `ds-reaper agent` and real task processes.
-        #[arg(long, default_value_t = 4)]
-        agents: usize,
-        #[arg(long, default_value_t = 2)]
-        tasks_per_worker: usize,
-        /// Mean time between faults, in milliseconds.
-        #[arg(long, default_value_t = 1000)]
-        fault_every_ms: u64,
-        #[arg(long)]
-        reaper: Option<PathBuf>,
-        /// Where configs, logs, audit trails and the history go
-        /// (default /tmp/ds-soak-<seed>-<pid>).
-        #[arg(long)]
-        dir: Option<PathBuf>,
-    },
+    Soak(SoakArgs),
     /// Judges a soak's recorded history (its history.json) again, e.g. with a
     /// newer oracle; exit 1 on any wrong write.
     SoakJudge { history: PathBuf },
@@ -213,30 +189,7 @@ async fn main() {
             )
             .await
         }
-        Cmd::Soak {
-            duration,
-            seed,
-            workers,
-            masters,
-            agents,
-            tasks_per_worker,
-            fault_every_ms,
-            reaper,
-            dir,
-        } => {
-            soak(
-                &duration,
-                seed,
-                workers,
-                masters,
-                agents,
-                tasks_per_worker,
-                fault_every_ms,
-                reaper,
-                dir,
-            )
-            .await
-        }
+        Cmd::Soak(args) => soak(args).await,
         Cmd::SoakJudge { history } => soak_judge(&history),
         Cmd::Cluster {
             fixture,
@@ -255,19 +208,47 @@ async fn main() {
 
 // ---------------------------------------------------------------- soak
 
-#[allow(clippy::too_many_arguments)]
-async fn soak(
-    duration: &str,
+/// `ds-sim soak`'s options.
+#[derive(Args)]
+struct SoakArgs {
+    /// How long to inject faults (e.g. 3m, 30m).
+    #[arg(long, default_value = "3m")]
+    duration: String,
+    #[arg(long, default_value_t = 1)]
     seed: u64,
+    #[arg(long, default_value_t = 50)]
     workers: usize,
+    #[arg(long, default_value_t = 3)]
     masters: usize,
+    /// Workers (the first ones) with a `ds-reaper agent` and real task processes.
+    #[arg(long, default_value_t = 4)]
     agents: usize,
+    #[arg(long, default_value_t = 2)]
     tasks_per_worker: usize,
+    /// Mean time between faults, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
     fault_every_ms: u64,
+    #[arg(long)]
     reaper: Option<PathBuf>,
+    /// Where configs, logs, audit trails and the history go
+    /// (default /tmp/ds-soak-<seed>-<pid>).
+    #[arg(long)]
     dir: Option<PathBuf>,
-) -> Result<()> {
-    let duration = parse_duration(duration)?;
+}
+
+async fn soak(a: SoakArgs) -> Result<()> {
+    let SoakArgs {
+        duration,
+        seed,
+        workers,
+        masters,
+        agents,
+        tasks_per_worker,
+        fault_every_ms,
+        reaper,
+        dir,
+    } = a;
+    let duration = parse_duration(&duration)?;
     let dir =
         dir.unwrap_or_else(|| PathBuf::from(format!("/tmp/ds-soak-{seed}-{}", std::process::id())));
     let opts = ds_sim::soak::SoakOpts {
