@@ -7,6 +7,7 @@
 
 use crate::cursor::SweepCursor;
 use chrono::NaiveDateTime;
+use reaper_core::candidate::Shared;
 use reaper_core::workflow::WorkflowCandidate;
 use reaper_core::{DsLine, Zone};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -18,7 +19,10 @@ const TOPS: usize = 3;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LiveTask {
     pub state: i32,
-    pub host: Option<String>,
+    /// Shared with every other live task on the same worker: the summaries
+    /// are kept between sweeps, one entry per live task (100,000 of them
+    /// held a copy of their host each).
+    pub host: Option<Shared>,
 }
 
 /// What the rules need from one workflow's task rows (SPEC §13).
@@ -266,11 +270,11 @@ pub(crate) fn candidate(
                 .as_deref()
                 .filter(|h| !reaper_core::host::is_empty(Some(h)))
             {
-                hosts.insert(h.to_string());
+                hosts.insert(h);
             }
         }
     }
-    wf.live_task_hosts = hosts.into_iter().collect();
+    wf.live_task_hosts = hosts.into_iter().map(str::to_string).collect();
     wf.last_task_end = s.last_end.and_then(|n| zone.to_instant(n));
     wf
 }

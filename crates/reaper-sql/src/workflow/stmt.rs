@@ -9,6 +9,7 @@ use crate::read::BadRow;
 use crate::schema::{finished_list, int_list, names, Catalog, TASK};
 use crate::sql::Sql;
 use crate::{SqlError, PAGE};
+use reaper_core::candidate::shared;
 use reaper_core::workflow::WorkflowCandidate;
 use reaper_core::{DsLine, Zone};
 
@@ -190,7 +191,7 @@ pub(crate) async fn summary_rows<D: Dialect>(
                         id,
                         LiveTask {
                             state: D::int(r, 2)?.unwrap_or(-1) as i32,
-                            host: D::text(r, 3)?,
+                            host: D::text(r, 3)?.as_deref().map(shared),
                         },
                     )),
                     None => None,
@@ -285,7 +286,7 @@ pub(crate) async fn task_rows<D: Dialect>(
                     id,
                     LiveTask {
                         state,
-                        host: D::text(r, 4)?,
+                        host: D::text(r, 4)?.as_deref().map(shared),
                     },
                 )),
                 _ => None,
