@@ -116,7 +116,7 @@ fn decode<D: Dialect>(line: DsLine, zone: Zone, r: &RowOf<D>) -> Result<TaskRow,
     };
     let row = Candidate {
         id: id::<D>(r)?,
-        name: D::text(r, 1)?.unwrap_or_default(),
+        name: D::text(r, 1)?.unwrap_or_default().into_boxed_str(),
         task_type: shared(D::text(r, 2)?.as_deref().unwrap_or_default()),
         state: D::int(r, 3)?.unwrap_or(-1) as i32,
         host: D::text(r, 4)?.as_deref().map(shared),
@@ -127,7 +127,7 @@ fn decode<D: Dialect>(line: DsLine, zone: Zone, r: &RowOf<D>) -> Result<TaskRow,
         workflow_instance_id: D::int(r, 10)?,
         workflow_host: D::text(r, 12)?.as_deref().map(shared),
         workflow_state: D::int(r, 13)?.map(|s| s as i32),
-        execute_path: D::text(r, 14)?,
+        execute_path: D::text(r, 14)?.map(String::into_boxed_str),
         // filled by a second read, for SUB_PROCESS rows only (child_states)
         child_workflow_state: None,
         task_code: D::int(r, 15)?,

@@ -61,7 +61,7 @@ async fn rows(kind: SimKind, fixture: &str) {
     // a second live attempt of the running task: same code (2.0+) / name (1.x)
     let mut twin = task(wf, 0);
     let first = store.task(line, running).await.unwrap().unwrap().task;
-    twin.name = first.name.clone();
+    twin.name = first.name.to_string();
     twin.task_code = first.task_code;
     let twin_id = sim.insert_task(&twin).await.unwrap();
     want.push(twin_id);

@@ -45,7 +45,7 @@ impl ZombieView {
         let t = &z.task;
         ZombieView {
             task_id: t.id,
-            task_name: t.name.clone(),
+            task_name: t.name.to_string(),
             task_type: t.task_type.to_string(),
             workflow_instance_id: t.workflow_instance_id,
             state: z.state_name.clone(),

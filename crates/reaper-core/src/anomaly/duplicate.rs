@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 fn task_identity(line: DsLine, c: &Candidate) -> Option<String> {
     match c.task_code {
         Some(code) => Some(code.to_string()),
-        None if line <= DsLine::V1_3 && !c.name.is_empty() => Some(c.name.clone()),
+        None if line <= DsLine::V1_3 && !c.name.is_empty() => Some(c.name.to_string()),
         None => None,
     }
 }

@@ -124,7 +124,7 @@ impl Seen<'_> {
         };
         Ghost {
             task_id: self.task.task_id,
-            task_name: cand.map(|c| c.name.clone()),
+            task_name: cand.map(|c| c.name.to_string()),
             task_type: cand.map(|c| c.task_type.to_string()),
             worker_group: cand.and_then(|c| c.worker_group.as_deref().map(str::to_string)),
             workflow_instance_id: cand

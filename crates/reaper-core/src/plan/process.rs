@@ -355,7 +355,7 @@ fn an_execute_path_outside_the_agents_exec_base_is_not_judged_by_its_process() {
         let mut v = view();
         let mut s = Sweeper::new();
         let mut c = shell(1, 10);
-        c.execute_path = path.map(str::to_string);
+        c.execute_path = path.map(Box::from);
         let c = [c];
         send(&mut v, 20, &[1], 0);
         let mut found = false;

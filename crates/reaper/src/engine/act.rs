@@ -67,7 +67,7 @@ impl Engine {
         r.kind = Some(RecordKind::Task);
         r.task_id = Some(z.task.id);
         r.workflow_instance_id = z.task.workflow_instance_id;
-        r.task_name = Some(z.task.name.clone());
+        r.task_name = Some(z.task.name.to_string());
         r.host = z.task.host.as_deref().map(str::to_string);
         r.worker_group = z.task.worker_group.as_deref().map(str::to_string);
         r.reason = Some(z.reason.as_str().to_string());
