@@ -30,13 +30,16 @@ FROM rust:1-bookworm AS builder
 WORKDIR /src
 COPY --from=planner /skeleton/ ./
 # Dependencies only: this layer is cached while the skeleton is unchanged.
-RUN cargo build --release --locked -p reaper
+# The `dist` profile, as the .deb/.rpm: whole-program LTO, one codegen unit.
+# Measured against `release` (scripts/bench/all.sh, steady row): a binary of
+# 14.9 MB instead of 23.3, ~1 MiB less resident, ~0.5 % of a core less.
+RUN cargo build --profile dist --locked -p reaper
 COPY . .
 # The real sources may carry older mtimes than the stub build; touching them
 # makes cargo rebuild the workspace crates instead of keeping the stubs.
 RUN find crates tests -name '*.rs' -exec touch {} + \
-    && cargo build --release --locked -p reaper \
-    && install -D -m 0755 target/release/ds-reaper /out/ds-reaper \
+    && cargo build --profile dist --locked -p reaper \
+    && install -D -m 0755 target/dist/ds-reaper /out/ds-reaper \
     && /out/ds-reaper version
 
 # --- runtime

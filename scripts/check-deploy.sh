@@ -220,7 +220,7 @@ step "Dockerfile"
 # Continuation lines joined, so a pattern sees a whole instruction.
 sed -e ':a' -e '/\\$/N; s/\\\n//; ta' Dockerfile >"$TMP/Dockerfile.joined"
 for pat in '^FROM rust:1-bookworm AS builder$' '^FROM debian:bookworm-slim$' \
-           'cargo build --release --locked -p reaper' '^USER [1-9][0-9]*' '^EXPOSE 9477$' \
+           'cargo build --profile dist --locked -p reaper' '^USER [1-9][0-9]*' '^EXPOSE 9477$' \
            '^HEALTHCHECK .*/healthz' '^ENTRYPOINT \["ds-reaper"\]$' \
            '^CMD \["--config", "/etc/ds-reaper/config.toml", "run"\]$' 'ca-certificates'; do
   grep -qE -- "$pat" "$TMP/Dockerfile.joined" || fail "Dockerfile lacks /$pat/"
