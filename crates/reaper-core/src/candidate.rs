@@ -32,12 +32,6 @@ impl std::ops::Deref for Shared {
     }
 }
 
-impl AsRef<str> for Shared {
-    fn as_ref(&self) -> &str {
-        self
-    }
-}
-
 // `String` hashes and compares as `str`, so a set of `Shared` is searched by `&str`.
 impl std::borrow::Borrow<str> for Shared {
     fn borrow(&self) -> &str {
@@ -60,24 +54,6 @@ impl std::fmt::Display for Shared {
 impl From<&str> for Shared {
     fn from(s: &str) -> Self {
         shared(s)
-    }
-}
-
-impl From<String> for Shared {
-    fn from(s: String) -> Self {
-        shared(&s)
-    }
-}
-
-impl PartialEq<str> for Shared {
-    fn eq(&self, other: &str) -> bool {
-        &**self == other
-    }
-}
-
-impl PartialEq<&str> for Shared {
-    fn eq(&self, other: &&str) -> bool {
-        &**self == *other
     }
 }
 
