@@ -40,14 +40,21 @@ fn group_of(leader: i32) -> BTreeSet<i32> {
         .collect()
 }
 
-/// Waits until the group of `leader` has `n` live processes.
-async fn wait_group(leader: i32, n: usize) -> BTreeSet<i32> {
+/// Waits until the group of `leader` has settled: `n` live processes, of
+/// which `sleeps` are the scripts' `sleep` leaves. The count alone is not
+/// enough: a script's `$(...)` subshell or `dirname` is a short-lived
+/// member that can make up the count before the leaves exist (CI saw it).
+async fn wait_group(leader: i32, n: usize, sleeps: usize) -> BTreeSet<i32> {
     let mut g = BTreeSet::new();
-    wait_until(&format!("{n} processes in the group of {leader}"), || {
-        g = group_of(leader);
-        let ok = g.len() == n;
-        async move { ok }
-    })
+    wait_until(
+        &format!("{n} processes, {sleeps} of them sleeps, in the group of {leader}"),
+        || {
+            g = group_of(leader);
+            let leaves = g.iter().filter(|p| comm(**p) == "sleep").count();
+            let ok = g.len() == n && leaves == sleeps;
+            async move { ok }
+        },
+    )
     .await;
     g
 }
@@ -113,7 +120,7 @@ async fn a_ds_shell_script_that_cds_elsewhere_stays_listed_with_every_child() {
         .start_ds_command(DsLine::V3_2, 11, 12, &script)
         .unwrap();
     // bash, its sh and two sleeps
-    let group = wait_group(p.pid(), 4).await;
+    let group = wait_group(p.pid(), 4, 2).await;
     let _w = worker(&zk, &root, DsLine::V3_2, "10.1.2.3:1234").await;
     let (cancel, task, http) = agent(&zk, &root, base.path(), "10.1.2.3:1234", None).await;
     let c = client(&zk).await;
@@ -179,7 +186,7 @@ async fn the_1_3_command_and_node_files_keep_a_wandering_script_listed() {
     .unwrap();
     let p = TaskProcess::spawn(&dir, "sh", &[command.to_str().unwrap()]).unwrap();
     // sh <.command>, the node script, its sleep
-    let group = wait_group(p.pid(), 3).await;
+    let group = wait_group(p.pid(), 3, 1).await;
     let _w = worker(&zk, &root, DsLine::V1_3, "10.1.2.4:1234").await;
     let (cancel, task, _) = agent(&zk, &root, base.path(), "10.1.2.4:1234", None).await;
     let c = client(&zk).await;

@@ -54,13 +54,6 @@ fn outcome_of(r: &AgentReport, id: &str) -> Option<OrderResult> {
     r.orders.iter().find(|o| o.order_id == id).map(|o| o.result)
 }
 
-fn comm(pid: i32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .unwrap_or_default()
-        .trim()
-        .to_string()
-}
-
 /// The report lists `n` processes of `task`, `sleeps` of them running
 /// `sleep` (the script's short-lived subshells have come and gone).
 fn task_listed(r: &AgentReport, task: i64, n: usize, sleeps: usize) -> bool {

@@ -144,3 +144,11 @@ pub async fn cleanup(zk: &str, root: &str) {
     let top = root.trim_end_matches("/dolphinscheduler");
     let _ = ds_sim::zk::delete_tree(zk, top).await;
 }
+
+/// The command name of `pid`, or "" once it is gone.
+pub fn comm(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .unwrap_or_default()
+        .trim_end()
+        .to_string()
+}
