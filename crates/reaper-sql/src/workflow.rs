@@ -20,7 +20,7 @@ use crate::dialect::Dialect;
 use crate::read::BadRow;
 use crate::schema::Catalog;
 use crate::{Db, SqlError, PAGE};
-use cursor::{candidate, summarise, tracked_states, SumRow, Summary};
+use cursor::{candidate, summarise, tracked_states, SumRows, Summary};
 use reaper_core::ports::WorkflowOutcome;
 use reaper_core::workflow::WorkflowCandidate;
 use reaper_core::{DsLine, Instant};
@@ -134,10 +134,10 @@ impl Db {
         line: DsLine,
         wfs: &[i64],
         above: Option<i64>,
-    ) -> Result<Vec<SumRow>, SqlError> {
-        let mut out = Vec::new();
+    ) -> Result<SumRows, SqlError> {
+        let mut out = SumRows::default();
         for ids in wfs.chunks(self.set_chunk()) {
-            out.extend(with_conn!(
+            out.append(with_conn!(
                 self,
                 "reading the task rows of workflows",
                 |c: D| { stmt::summary_rows::<D>(c, line, ids, above) }
@@ -147,25 +147,27 @@ impl Db {
     }
 
     /// Task rows by id, one by one.
-    async fn tasks_by_id(&self, line: DsLine, ids: &[i64]) -> Result<Vec<SumRow>, SqlError> {
-        let mut out = Vec::new();
+    async fn tasks_by_id(&self, line: DsLine, ids: &[i64]) -> Result<SumRows, SqlError> {
+        let mut out = SumRows::default();
+        // the live tasks a summary knew are mostly still live
+        out.reserve(ids.len());
         for chunk in ids.chunks(self.set_chunk()) {
             let page = with_conn!(self, "reading live task rows of workflows by id", |c: D| {
                 stmt::task_rows::<D>(c, line, TaskSel::Ids(chunk))
             })?;
-            out.extend(page.rows);
+            out.append(page.rows);
         }
         Ok(out)
     }
 
     /// Every task row above `after`, one by one, keyset-paged on id.
-    async fn tasks_above(&self, line: DsLine, mut after: i64) -> Result<Vec<SumRow>, SqlError> {
-        let mut out = Vec::new();
+    async fn tasks_above(&self, line: DsLine, mut after: i64) -> Result<SumRows, SqlError> {
+        let mut out = SumRows::default();
         loop {
             let page = with_conn!(self, "reading the newest task rows", |c: D| {
                 stmt::task_rows::<D>(c, line, TaskSel::Above(after))
             })?;
-            out.extend(page.rows);
+            out.append(page.rows);
             match page.last_id {
                 Some(id) if page.raw as i64 >= PAGE => after = id,
                 _ => break,
@@ -279,7 +281,7 @@ impl Db {
         let recent = async {
             match bound {
                 Some(b) => self.tasks_above(line, b).await,
-                None => Ok(Vec::new()),
+                None => Ok(SumRows::default()),
             }
         };
         let (tops, (range_rows, mut bad), (old_rows, bad_old), mut rows, again) = tokio::try_join!(
@@ -290,7 +292,7 @@ impl Db {
             self.tasks_by_id(line, &known_live)
         )?;
         bad.extend(bad_old);
-        rows.extend(again);
+        rows.append(again);
         let mut sorted = Sorted::default();
         sort_rows(range_rows, states, &tracked, &mut sorted);
         sort_rows(old_rows, states, &tracked, &mut sorted);
@@ -310,7 +312,7 @@ impl Db {
             .copied()
             .filter(|&w| !(bound.is_some() && (w > mark || cursor.summary(w).is_some())))
             .collect();
-        rows.extend(self.summary_rows(line, &whole, None).await?);
+        rows.append(self.summary_rows(line, &whole, None).await?);
         let (summaries, bad_sums) = summarise(&ids, rows, Some(cursor));
         self.note_bad_summaries(line, &bad_sums);
         let (known, pending) = (

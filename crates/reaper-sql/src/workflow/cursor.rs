@@ -28,8 +28,11 @@ pub(crate) struct LiveTask {
 /// What the rules need from one workflow's task rows (SPEC §13).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Summary {
-    /// Its `flag = 1` task rows in a non-finished state, by task id.
-    pub live: BTreeMap<i64, LiveTask>,
+    /// Its `flag = 1` task rows in a non-finished state, ascending by task
+    /// id, each once. A sorted slice, not a map: the summaries are kept
+    /// between sweeps and two sets exist while a sweep replaces them (at
+    /// 100,000 live tasks 24 bytes a task instead of a map's ~45).
+    pub live: Box<[(i64, LiveTask)]>,
     /// The newest `end_time` of its task rows.
     pub last_end: Option<NaiveDateTime>,
 }
@@ -54,6 +57,60 @@ pub(crate) struct SumItem {
 pub(crate) struct SumError {
     pub task: Option<i64>,
     pub error: String,
+}
+
+/// The task rows of a sweep's reads, folded as they arrive: the live ones
+/// in the order read, the newest end per workflow, the undecodable ones. A
+/// sweep reads every live task it knew again, and each row held as a
+/// [`SumRow`] until the summaries were built cost twice as much.
+#[derive(Debug, Default)]
+pub(crate) struct SumRows {
+    /// `(workflow, task id, live task)`.
+    live: Vec<(i64, i64, LiveTask)>,
+    ends: HashMap<i64, NaiveDateTime>,
+    bad: Vec<(i64, SumError)>,
+}
+
+impl SumRows {
+    /// Room for `n` more live rows (a read by id knows how many to expect).
+    pub(crate) fn reserve(&mut self, n: usize) {
+        self.live.reserve_exact(n);
+    }
+
+    pub(crate) fn push(&mut self, row: SumRow) {
+        match row.item {
+            Ok(item) => {
+                if let Some((id, t)) = item.live {
+                    self.live.push((row.wf, id, t));
+                }
+                if let Some(end) = item.end {
+                    let e = self.ends.entry(row.wf).or_insert(end);
+                    *e = (*e).max(end);
+                }
+            }
+            Err(e) => self.bad.push((row.wf, e)),
+        }
+    }
+
+    /// `later`'s rows as read after these.
+    pub(crate) fn append(&mut self, mut later: SumRows) {
+        self.live.append(&mut later.live);
+        for (wf, end) in later.ends {
+            let e = self.ends.entry(wf).or_insert(end);
+            *e = (*e).max(end);
+        }
+        self.bad.append(&mut later.bad);
+    }
+}
+
+impl FromIterator<SumRow> for SumRows {
+    fn from_iter<I: IntoIterator<Item = SumRow>>(rows: I) -> Self {
+        let mut out = SumRows::default();
+        for r in rows {
+            out.push(r);
+        }
+        out
+    }
 }
 
 /// What the incremental workflow sweep remembers between passes.
@@ -137,7 +194,7 @@ impl WorkflowCursor {
         let mut v: Vec<i64> = self
             .summaries
             .values()
-            .flat_map(|s| s.live.keys().copied())
+            .flat_map(|s| s.live.iter().map(|(id, _)| *id))
             .filter(|&t| t <= bound)
             .collect();
         v.sort_unstable();
@@ -183,7 +240,7 @@ pub(crate) fn tracked_states(line: DsLine, states: &[i32]) -> Vec<i32> {
 /// cannot be decoded get no summary and are returned with the error.
 pub(crate) fn summarise(
     tracked: &[i64],
-    rows: Vec<SumRow>,
+    rows: SumRows,
     cached: Option<&WorkflowCursor>,
 ) -> (HashMap<i64, Summary>, Vec<(i64, String)>) {
     let mut out: HashMap<i64, Summary> = tracked
@@ -193,59 +250,61 @@ pub(crate) fn summarise(
             (
                 id,
                 Summary {
-                    live: BTreeMap::new(),
+                    live: Box::default(),
                     last_end,
                 },
             )
         })
         .collect();
-    let mut bad: HashMap<i64, String> = HashMap::new();
-    // Each workflow's live tasks are gathered first and its map built once
-    // from them: a map filled one insert at a time, in ascending ids as the
-    // rows mostly come, leaves its nodes about half full, and the summaries
-    // are kept between sweeps (at 100,000 live tasks ~8 MiB instead of ~4.5).
-    // As with one insert per row, the last row read of a task counts.
-    let mut live: HashMap<i64, Vec<(i64, LiveTask)>> = HashMap::new();
-    for r in rows {
-        let Some(s) = out.get_mut(&r.wf) else {
-            continue;
-        };
-        match r.item {
-            Ok(item) => {
-                if let Some(t) = item.live {
-                    live.entry(r.wf).or_default().push(t);
-                }
-                if item.end > s.last_end {
-                    s.last_end = item.end;
-                }
-            }
-            Err(e) => {
-                let what = match e.task {
-                    Some(t) => format!("its task row {t} cannot be decoded: {}", e.error),
-                    None => format!(
-                        "the newest end of its task rows cannot be decoded: {}",
-                        e.error
-                    ),
-                };
-                bad.entry(r.wf).or_insert(what);
-            }
+    let SumRows {
+        mut live,
+        ends,
+        bad: undecodable,
+    } = rows;
+    for (wf, end) in ends {
+        if let Some(s) = out.get_mut(&wf) {
+            s.last_end = s.last_end.max(Some(end));
         }
+    }
+    let mut bad: HashMap<i64, String> = HashMap::new();
+    for (wf, e) in undecodable {
+        if !out.contains_key(&wf) {
+            continue;
+        }
+        bad.entry(wf).or_insert_with(|| match e.task {
+            Some(t) => format!("its task row {t} cannot be decoded: {}", e.error),
+            None => format!(
+                "the newest end of its task rows cannot be decoded: {}",
+                e.error
+            ),
+        });
     }
     for id in bad.keys() {
         out.remove(id);
     }
-    for (wf, mut tasks) in live {
+    live.retain(|(wf, _, _)| out.contains_key(wf));
+    // stable: a task's rows stay in the order read; the last one is kept
+    live.sort_by_key(|(wf, id, _)| (*wf, *id));
+    live.dedup_by(|later, kept| {
+        let same = (later.0, later.1) == (kept.0, kept.1);
+        if same {
+            std::mem::swap(later, kept);
+        }
+        same
+    });
+    let mut groups: Vec<(i64, usize)> = Vec::new();
+    for (wf, _, _) in &live {
+        match groups.last_mut() {
+            Some((w, n)) if w == wf => *n += 1,
+            _ => groups.push((*wf, 1)),
+        }
+    }
+    let mut rows = live.into_iter();
+    for (wf, n) in groups {
+        let tasks: Box<[(i64, LiveTask)]> =
+            rows.by_ref().take(n).map(|(_, id, t)| (id, t)).collect();
         if let Some(s) = out.get_mut(&wf) {
-            // stable: a task's rows stay in the order read; the last one is kept
-            tasks.sort_by_key(|(id, _)| *id);
-            tasks.dedup_by(|later, kept| {
-                let same = later.0 == kept.0;
-                if same {
-                    std::mem::swap(later, kept);
-                }
-                same
-            });
-            s.live = tasks.into_iter().collect();
+            s.live = tasks;
         }
     }
     let mut bad: Vec<(i64, String)> = bad.into_iter().collect();
@@ -262,7 +321,7 @@ pub(crate) fn candidate(
 ) -> WorkflowCandidate {
     wf.tasks_by_state = BTreeMap::new();
     let mut hosts = BTreeSet::new();
-    for t in s.live.values() {
+    for (_, t) in s.live.iter() {
         *wf.tasks_by_state.entry(t.state).or_default() += 1;
         if task_states.contains(&t.state) {
             if let Some(h) = t

@@ -3,7 +3,7 @@
 //! rows a summary needs, grouped so that a workflow's finished tasks come
 //! back as one row.
 
-use super::cursor::{LiveTask, SumError, SumItem, SumRow};
+use super::cursor::{LiveTask, SumError, SumItem, SumRow, SumRows};
 use crate::dialect::{Conn, Dialect, RowOf};
 use crate::read::BadRow;
 use crate::schema::{finished_list, int_list, names, Catalog, TASK};
@@ -171,14 +171,14 @@ pub(crate) async fn summary_rows<D: Dialect>(
     line: DsLine,
     wfs: &[i64],
     above: Option<i64>,
-) -> Result<Vec<SumRow>, SqlError> {
+) -> Result<SumRows, SqlError> {
     if wfs.is_empty() {
-        return Ok(Vec::new());
+        return Ok(SumRows::default());
     }
     // Decoded as the rows arrive: a full scan groups every live task row on
     // its own, and holding them all as raw rows first was the daemon's
     // largest allocation (heaptrack: ~22 MB of 50 at 100,000 live rows).
-    let mut out = Vec::new();
+    let mut out = SumRows::default();
     summary_sql::<D>(line, wfs, above)
         .fetch_each(c, |r| {
             let Some(wf) = D::int(r, 0)? else {
@@ -241,7 +241,7 @@ pub(crate) enum TaskSel<'a> {
 /// Task rows read one by one, as summary rows of their workflow.
 #[derive(Debug, Default)]
 pub(crate) struct TaskRows {
-    pub rows: Vec<SumRow>,
+    pub rows: SumRows,
     /// Rows returned, decodable or not: a page is short only by this count.
     pub raw: usize,
     /// Id of the last row returned: where the next page starts.

@@ -20,6 +20,10 @@ fn live(wf: i64, id: i64, state: i32, host: &str, end: Option<NaiveDateTime>) ->
     }
 }
 
+fn rows(v: Vec<SumRow>) -> SumRows {
+    v.into_iter().collect()
+}
+
 fn ended(wf: i64, end: Option<NaiveDateTime>) -> SumRow {
     SumRow {
         wf,
@@ -62,14 +66,14 @@ fn summaries_keep_the_newest_end_and_only_the_live_rows_read() {
     let mut c = WorkflowCursor::new();
     let (s, bad) = summarise(
         &[1, 2],
-        vec![
+        rows(vec![
             live(1, 10, 1, "w1:1234", None),
             live(1, 11, 17, "w2:1234", None),
             ended(1, t("2024-01-01 00:00:05")),
             ended(2, t("2024-01-01 00:00:09")),
             // a row of a workflow not tracked
             ended(3, t("2030-01-01 00:00:00")),
-        ],
+        ]),
         None,
     );
     assert!(bad.is_empty());
@@ -91,15 +95,18 @@ fn summaries_keep_the_newest_end_and_only_the_live_rows_read() {
     // rows above the bound are older than what the cursor knows
     let (s, bad) = summarise(
         &[1, 2],
-        vec![
+        rows(vec![
             live(1, 10, 1, "w1:1234", None),
             ended(1, t("2024-01-01 00:00:01")),
             ended(2, t("2023-01-01 00:00:00")),
-        ],
+        ]),
         Some(&c),
     );
     assert!(bad.is_empty());
-    assert_eq!(s[&1].live.keys().copied().collect::<Vec<_>>(), vec![10]);
+    assert_eq!(
+        s[&1].live.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+        vec![10]
+    );
     assert_eq!(
         s[&1].last_end,
         t("2024-01-01 00:00:05"),
@@ -115,12 +122,12 @@ fn live_tasks_in_any_order_and_repeated_keep_the_last_row_read() {
     // is what its last row says
     let (s, bad) = summarise(
         &[1],
-        vec![
+        rows(vec![
             live(1, 30, 1, "w3:1234", None),
             live(1, 10, 0, "w1:1234", None),
             live(1, 20, 1, "w2:1234", None),
             live(1, 10, 1, "w9:1234", None),
-        ],
+        ]),
         None,
     );
     assert!(bad.is_empty());
@@ -139,7 +146,7 @@ fn live_tasks_in_any_order_and_repeated_keep_the_last_row_read() {
 fn an_undecodable_row_leaves_its_workflow_without_summary() {
     let (s, bad) = summarise(
         &[1, 2],
-        vec![
+        rows(vec![
             live(1, 10, 1, "w1:1234", None),
             SumRow {
                 wf: 1,
@@ -149,7 +156,7 @@ fn an_undecodable_row_leaves_its_workflow_without_summary() {
                 }),
             },
             ended(2, None),
-        ],
+        ]),
         None,
     );
     assert!(!s.contains_key(&1));
@@ -218,4 +225,27 @@ fn tracked_states_add_the_candidates_to_the_non_terminal_ones() {
         tracked_states(DsLine::V1_3, &[1, 3]),
         vec![0, 1, 2, 3, 4, 10, 11]
     );
+}
+
+#[test]
+fn reads_appended_keep_the_later_reads_row_of_a_task_and_the_newest_end() {
+    // the incremental sweep appends its by-id read after the rows above the
+    // bound: a task in both is what the by-id read says
+    let mut a = rows(vec![
+        live(1, 10, 0, "w1:1234", t("2024-01-01 00:00:03")),
+        ended(1, t("2024-01-01 00:00:09")),
+    ]);
+    a.append(rows(vec![
+        live(1, 10, 1, "w2:1234", None),
+        ended(1, t("2024-01-01 00:00:04")),
+    ]));
+    let (s, bad) = summarise(&[1], a, None);
+    assert!(bad.is_empty());
+    let live: Vec<(i64, i32, &str)> = s[&1]
+        .live
+        .iter()
+        .map(|(id, t)| (*id, t.state, t.host.as_deref().unwrap_or_default()))
+        .collect();
+    assert_eq!(live, vec![(10, 1, "w2:1234")]);
+    assert_eq!(s[&1].last_end, t("2024-01-01 00:00:09"));
 }
