@@ -3,11 +3,10 @@
 //! task by id. Undecodable rows are skipped, counted once and kept tracked
 //! (SPEC §4.12).
 
-use crate::cursor::{classify, SweepCursor};
+use crate::cursor::{classify, Ids, SweepCursor};
 use crate::schema::{Catalog, TASK};
 use crate::{stmt, Db, SqlError, TaskRow, ID_BATCH, PAGE};
 use reaper_core::{Candidate, DsLine};
-use std::collections::BTreeSet;
 use std::sync::Mutex;
 
 /// Which rows a page reads.
@@ -62,10 +61,11 @@ impl Page {
 #[derive(Debug, Default)]
 pub(crate) struct Sorted {
     pages: Vec<Vec<Candidate>>,
-    pub known: BTreeSet<i64>,
-    pub pending: BTreeSet<i64>,
+    /// Ids as read, sorted and made distinct once, by the cursor ([`Ids`]).
+    pub known: Vec<i64>,
+    pub pending: Vec<i64>,
     /// Undecodable rows that may still be live (SPEC §4.12).
-    pub bad: BTreeSet<i64>,
+    pub bad: Vec<i64>,
     /// `flag = 1` non-finished rows outside `states` (SPEC §16).
     pub others: Vec<Candidate>,
 }
@@ -238,7 +238,12 @@ impl Db {
         let mut s = sorted.into_inner().unwrap_or_else(|e| e.into_inner());
         let mut out = s.candidates();
         self.fill_children(line, &cat, &mut out).await?;
-        cursor.replace(s.known, s.pending, s.bad, top_now);
+        cursor.replace(
+            Ids::from(s.known),
+            Ids::from(s.pending),
+            Ids::from(s.bad),
+            top_now,
+        );
         cursor.set_others(s.others);
         Ok(out)
     }
@@ -281,7 +286,12 @@ impl Db {
         // ids are unique: unstable sorts the same, without a buffer of half the rows
         out.sort_unstable_by_key(|c| c.id);
         self.fill_children(line, &cat, &mut out).await?;
-        cursor.replace(s.known, s.pending, s.bad, top_now);
+        cursor.replace(
+            Ids::from(s.known),
+            Ids::from(s.pending),
+            Ids::from(s.bad),
+            top_now,
+        );
         cursor.set_others(s.others);
         Ok(out)
     }

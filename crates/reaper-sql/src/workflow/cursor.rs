@@ -212,7 +212,12 @@ impl WorkflowCursor {
         task_top: Option<i64>,
         summaries: HashMap<i64, Summary>,
     ) {
-        self.ids.replace(known, pending, undecodable, wf_top);
+        self.ids.replace(
+            known.into_iter().collect(),
+            pending.into_iter().collect(),
+            undecodable.into_iter().collect(),
+            wf_top,
+        );
         self.task_tops.push_back(task_top);
         while self.task_tops.len() > TOPS {
             self.task_tops.pop_front();
