@@ -310,7 +310,7 @@ impl Db {
         let whole: Vec<i64> = ids
             .iter()
             .copied()
-            .filter(|&w| !(bound.is_some() && (w > mark || cursor.summary(w).is_some())))
+            .filter(|&w| !(bound.is_some() && (w > mark || cursor.summarised(w))))
             .collect();
         rows.append(self.summary_rows(line, &whole, None).await?);
         let (summaries, bad_sums) = summarise(&ids, rows, Some(cursor));
