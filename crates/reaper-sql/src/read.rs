@@ -265,7 +265,7 @@ impl Db {
         }
         let cat = self.catalog().await?;
         cat.require_reads(line)?;
-        let old = cursor.old_tracked();
+        let (old_known, old_rest) = cursor.old_tracked();
         // The top id, the range above the mark and the tracked rows below it
         // are independent reads: with a pool of several connections they
         // overlap, so the sweep costs about as much as its range scan alone.
@@ -273,14 +273,14 @@ impl Db {
         let sorted = Mutex::new(Sorted::default());
         let range = self.scan_above(line, &cat, mark, states, Shared(&sorted));
         let tracked = async {
-            for chunk in old.chunks(ID_BATCH) {
+            for chunk in old_known.chunks(ID_BATCH).chain(old_rest.chunks(ID_BATCH)) {
                 let page = self.by_ids(line, &cat, chunk).await?;
                 Shared(&sorted).page(page, states);
             }
             Ok::<_, SqlError>(())
         };
         let (top_now, (), ()) = tokio::try_join!(self.max_id(), range, tracked)?;
-        drop(old);
+        drop(old_rest);
         let mut s = sorted.into_inner().unwrap_or_else(|e| e.into_inner());
         let mut out = s.candidates();
         // ids are unique: unstable sorts the same, without a buffer of half the rows

@@ -271,7 +271,11 @@ impl Db {
         let cat = self.catalog().await?;
         cat.require_workflow_reads(line)?;
         let tracked = tracked_states(line, states);
-        let old = cursor.ids.old_tracked();
+        let old: Vec<i64> = {
+            // few: the workflow rows a sweep tracks, not their tasks
+            let (known, rest) = cursor.ids.old_tracked();
+            known.iter().copied().chain(rest).collect()
+        };
         // With a task bound, the task rows that can have changed are those
         // above it (read one by one: a few sweep intervals' worth) and the
         // live ones at or below it the summaries know (by id). Neither needs
