@@ -1,7 +1,9 @@
 //! `duplicate_attempt`: one task of a workflow instance with two live rows,
 //! or with processes on two workers.
 
-use super::{row_since, Anomaly, AnomalyEvidence, AnomalyKind, AnomalySettings, MAX_TASK_IDS};
+use super::{
+    row_since, Anomaly, AnomalyEvidence, AnomalyKind, AnomalySettings, Tasks, MAX_TASK_IDS,
+};
 use crate::agent::AgentSeen;
 use crate::candidate::Candidate;
 use crate::host;
@@ -37,25 +39,25 @@ fn ident(line: DsLine, c: &Candidate) -> Option<(i64, Ident<'_>)> {
     Some((wf, task))
 }
 
-pub(super) fn duplicate_rows(line: DsLine, tasks: &[&Candidate], now: Instant) -> Vec<Anomaly> {
+pub(super) fn duplicate_rows(line: DsLine, tasks: &Tasks, now: Instant) -> Vec<Anomaly> {
     // Every live row goes through here each sweep and almost none has a
     // twin: group positions (4 bytes a row) sorted by identity, not a map
     // entry with an owned key and a vector per row (~14 MiB at 100,000
     // rows, at the sweep's peak). Only the groups of two or more get keys.
     let mut order: Vec<u32> = (0..tasks.len() as u32)
-        .filter(|&i| ident(line, tasks[i as usize]).is_some())
+        .filter(|&i| ident(line, tasks.get(i as usize)).is_some())
         .collect();
     order.sort_unstable_by(|&a, &b| {
-        ident(line, tasks[a as usize]).cmp(&ident(line, tasks[b as usize]))
+        ident(line, tasks.get(a as usize)).cmp(&ident(line, tasks.get(b as usize)))
     });
     let mut groups: BTreeMap<(i64, String), Vec<&Candidate>> = BTreeMap::new();
-    for run in
-        order.chunk_by(|&a, &b| ident(line, tasks[a as usize]) == ident(line, tasks[b as usize]))
+    for run in order
+        .chunk_by(|&a, &b| ident(line, tasks.get(a as usize)) == ident(line, tasks.get(b as usize)))
     {
         if run.len() < 2 {
             continue;
         }
-        let first = tasks[run[0] as usize];
+        let first = tasks.get(run[0] as usize);
         let (Some(wf), Some(task)) = (first.workflow_instance_id, task_identity(line, first))
         else {
             continue;
@@ -63,7 +65,7 @@ pub(super) fn duplicate_rows(line: DsLine, tasks: &[&Candidate], now: Instant) -
         groups
             .entry((wf, task))
             .or_default()
-            .extend(run.iter().map(|&i| tasks[i as usize]));
+            .extend(run.iter().map(|&i| tasks.get(i as usize)));
     }
     drop(order);
     groups
@@ -112,7 +114,7 @@ pub(super) fn duplicate_rows(line: DsLine, tasks: &[&Candidate], now: Instant) -
 /// One task's processes listed by the fresh agents of two or more workers.
 pub(super) fn duplicate_listings(
     view: &RegistryView,
-    tasks: &[&Candidate],
+    tasks: &Tasks,
     now: Instant,
     settings: &AnomalySettings,
 ) -> Vec<Anomaly> {
@@ -155,7 +157,7 @@ pub(super) fn duplicate_listings(
     if listed.is_empty() {
         return Vec::new();
     }
-    let by_id: HashMap<i64, &Candidate> = tasks.iter().map(|c| (c.id, *c)).collect();
+    let by_id: HashMap<i64, &Candidate> = tasks.iter().map(|c| (c.id, c)).collect();
     listed
         .into_iter()
         .map(|(id, wf, mut workers, at)| {

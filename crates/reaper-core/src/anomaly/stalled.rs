@@ -3,7 +3,7 @@
 
 use super::{
     live_owner, queued_states, Anomaly, AnomalyEvidence, AnomalyKind, AnomalySettings, SerialWait,
-    MAX_TASK_IDS, STOP_STATES,
+    Tasks, MAX_TASK_IDS, STOP_STATES,
 };
 use crate::candidate::Candidate;
 use crate::line::DsLine;
@@ -15,14 +15,14 @@ use std::collections::BTreeMap;
 pub(super) fn dispatch_stalled(
     view: &RegistryView,
     line: DsLine,
-    tasks: &[&Candidate],
+    tasks: &Tasks,
     now: Instant,
     settings: &AnomalySettings,
 ) -> Vec<Anomaly> {
     let queued = queued_states(line);
     let stall = delta(settings.dispatch_stall_after);
     let mut groups: BTreeMap<Option<&str>, Vec<&Candidate>> = BTreeMap::new();
-    for c in tasks {
+    for c in tasks.iter() {
         if !queued.contains(&c.state) {
             continue;
         }
