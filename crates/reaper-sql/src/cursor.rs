@@ -1,7 +1,6 @@
 //! What the incremental sweep remembers between passes.
 
-use crate::TaskRow;
-use reaper_core::{Candidate, DsLine};
+use reaper_core::Candidate;
 
 /// Row ids, ascending and distinct: 8 bytes an id. A `BTreeSet` filled as
 /// reads return ids (ascending) leaves its nodes about half empty — heaptrack
@@ -165,27 +164,6 @@ impl SweepCursor {
             .filter(|&id| id <= mark && known.binary_search(&id).is_err())
             .collect();
         (known, rest.0.into_vec())
-    }
-}
-
-/// Sorts read rows into candidates, pending ids, or nothing (finished / flag 0).
-pub(crate) fn classify(
-    rows: Vec<TaskRow>,
-    states: &[i32],
-    out: &mut Vec<Candidate>,
-    known: &mut Vec<i64>,
-    pending: &mut Vec<i64>,
-) {
-    for r in rows {
-        if r.flag != 1 || DsLine::is_finished_task_state(r.task.state) {
-            continue;
-        }
-        if states.contains(&r.task.state) {
-            known.push(r.task.id);
-            out.push(r.task);
-        } else {
-            pending.push(r.task.id);
-        }
     }
 }
 

@@ -155,8 +155,14 @@ async fn read_page<D: Dialect>(
     q: Sql<D>,
     line: DsLine,
     zone: Zone,
+    expected: usize,
 ) -> Result<Page, SqlError> {
-    let mut page = Page::default();
+    // Sized up front when the caller knows the count: a vector that doubles
+    // copies itself and keeps unused room, at the sweep's peak.
+    let mut page = Page {
+        rows: Vec::with_capacity(expected),
+        ..Page::default()
+    };
     q.fetch_each(c, |r| {
         page.raw += 1;
         let id = id::<D>(r)?;
@@ -187,7 +193,8 @@ pub(crate) async fn page<D: Dialect>(
     sel: Select,
     after: i64,
 ) -> Result<Page, SqlError> {
-    read_page::<D>(c, page_sql::<D>(line, cat, sel, after), line, zone).await
+    // a page's size is unknown (the incremental range is mostly a few rows)
+    read_page::<D>(c, page_sql::<D>(line, cat, sel, after), line, zone, 0).await
 }
 
 fn page_sql<D: Dialect>(line: DsLine, cat: &Catalog, sel: Select, after: i64) -> Sql<D> {
@@ -218,7 +225,8 @@ pub(crate) async fn by_ids<D: Dialect>(
     q.push(" WHERE t.id IN (")
         .bind_list(ids.iter())
         .push(") ORDER BY t.id");
-    read_page::<D>(c, q, line, zone).await
+    // the tracked rows are mostly still there
+    read_page::<D>(c, q, line, zone, ids.len()).await
 }
 
 /// The state of the child workflow instance of each SUB_PROCESS task of
