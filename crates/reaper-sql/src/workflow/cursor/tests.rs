@@ -24,6 +24,14 @@ fn rows(v: Vec<SumRow>) -> SumRows {
     v.into_iter().collect()
 }
 
+/// A summary's live tasks as (id, state, host).
+fn tasks_of(s: &Summary) -> Vec<(i64, i32, &str)> {
+    s.live
+        .iter()
+        .map(|(id, t)| (*id, t.state, t.host.as_deref().unwrap_or_default()))
+        .collect()
+}
+
 fn ended(wf: i64, end: Option<NaiveDateTime>) -> SumRow {
     SumRow {
         wf,
@@ -131,11 +139,7 @@ fn live_tasks_in_any_order_and_repeated_keep_the_last_row_read() {
         None,
     );
     assert!(bad.is_empty());
-    let live: Vec<(i64, i32, &str)> = s[&1]
-        .live
-        .iter()
-        .map(|(id, t)| (*id, t.state, t.host.as_deref().unwrap_or_default()))
-        .collect();
+    let live = tasks_of(&s[&1]);
     assert_eq!(
         live,
         vec![(10, 1, "w9:1234"), (20, 1, "w2:1234"), (30, 1, "w3:1234")]
@@ -241,11 +245,7 @@ fn reads_appended_keep_the_later_reads_row_of_a_task_and_the_newest_end() {
     ]));
     let (s, bad) = summarise(&[1], a, None);
     assert!(bad.is_empty());
-    let live: Vec<(i64, i32, &str)> = s[&1]
-        .live
-        .iter()
-        .map(|(id, t)| (*id, t.state, t.host.as_deref().unwrap_or_default()))
-        .collect();
+    let live = tasks_of(&s[&1]);
     assert_eq!(live, vec![(10, 1, "w2:1234")]);
     assert_eq!(s[&1].last_end, t("2024-01-01 00:00:09"));
 }
