@@ -136,6 +136,35 @@ async fn agent_of(d: &Daemon, worker: &str) -> anyhow::Result<Option<serde_json:
         .map(|x| x["agent"].clone()))
 }
 
+/// Waits until the worker's agent is fresh and lists `tasks` tasks; on a
+/// timeout the error carries the agent as the daemon last saw it and the
+/// tail of the agent's own log (a report that is never fresh says why:
+/// unreadable processes, a blind scan, a publish that failed).
+async fn wait_listing(
+    d: &Daemon,
+    agent: &AgentProcess,
+    worker: &str,
+    tasks: u64,
+    what: &str,
+) -> anyhow::Result<()> {
+    let r = wait_until(what, || async {
+        Ok(agent_of(d, worker)
+            .await?
+            .is_some_and(|a| a["fresh"] == true && a["tasks"] == tasks))
+    })
+    .await;
+    if r.is_err() {
+        let seen = agent_of(d, worker).await.ok().flatten();
+        return r.map_err(|e| {
+            e.context(format!(
+                "the daemon's view of the agent: {seen:#?}\nthe agent's log:\n{}",
+                agent.log_tail(40)
+            ))
+        });
+    }
+    Ok(())
+}
+
 /// Issue 18 items 1 and 2 (SPEC §12): DS writes RUNNING before the task's
 /// process exists, so a task the agent has never listed is never
 /// `process_gone`; and a shell task whose script `cd`s elsewhere stays the
@@ -169,13 +198,12 @@ async fn seen_then_gone_and_a_script_that_cds_away_stays_the_tasks() -> anyhow::
     )
     .await?;
     d.wait_ready().await?;
-    wait_until(
+    wait_listing(
+        &d,
+        &agent,
+        "10.0.0.11:1234",
+        1,
         "the agent is fresh and lists the wandering script",
-        || async {
-            Ok(agent_of(&d, "10.0.0.11:1234")
-                .await?
-                .is_some_and(|a| a["fresh"] == true && a["tasks"] == 1))
-        },
     )
     .await?;
     // A named "nothing happens" hold: many times process_gone_after with a
@@ -199,12 +227,7 @@ async fn seen_then_gone_and_a_script_that_cds_away_stays_the_tasks() -> anyhow::
 
     // The preparing task's process appears, is listed, then dies: now gone.
     let mut p_prep = exec.start_ds_command(line, wf, preparing, "sleep 86400")?;
-    wait_until("both tasks listed", || async {
-        Ok(agent_of(&d, "10.0.0.11:1234")
-            .await?
-            .is_some_and(|a| a["fresh"] == true && a["tasks"] == 2))
-    })
-    .await?;
+    wait_listing(&d, &agent, "10.0.0.11:1234", 2, "both tasks listed").await?;
     p_prep.kill()?;
     p_wanders.kill()?;
     wait_until("both tasks failed as process_gone", || async {
@@ -254,12 +277,7 @@ async fn the_hold_outlives_the_agent_lost_with_its_worker() -> anyhow::Result<()
     )
     .await?;
     d.wait_ready().await?;
-    wait_until("the agent lists the task", || async {
-        Ok(agent_of(&d, "10.0.0.11:1234")
-            .await?
-            .is_some_and(|a| a["fresh"] == true && a["tasks"] == 1))
-    })
-    .await?;
+    wait_listing(&d, &agent, "10.0.0.11:1234", 1, "the agent lists the task").await?;
     // Worker and agent go together; the process runs on.
     w1.crash().await;
     assert_eq!(agent.stop().await?, Some(0));
