@@ -62,7 +62,9 @@ impl Page {
 pub(crate) struct Sorted {
     pages: Vec<Vec<Candidate>>,
     /// Ids as read, sorted and made distinct once, by the cursor ([`Ids`]).
-    pub known: Vec<i64>,
+    /// (The live ones are the candidates' own: [`known_ids`] takes them
+    /// once the pages are joined, at their exact count, instead of a vector
+    /// that doubled while the pages were all held.)
     pub pending: Vec<i64>,
     /// Undecodable rows that may still be live (SPEC §4.12).
     pub bad: Vec<i64>,
@@ -81,7 +83,6 @@ impl Sorted {
                 continue;
             }
             if states.contains(&r.task.state) {
-                self.known.push(r.task.id);
                 out.push(r.task);
             } else {
                 // followed by id until it turns live; judged for SPEC §16
@@ -107,6 +108,11 @@ impl Sorted {
         }
         out
     }
+}
+
+/// The ids of the candidates read: the cursor's `known`.
+fn known_ids(candidates: &[Candidate]) -> Ids {
+    Ids::from(candidates.iter().map(|c| c.id).collect::<Vec<i64>>())
 }
 
 /// A [`Sorted`] filled by reads that run concurrently in one task; the lock
@@ -246,7 +252,7 @@ impl Db {
         let mut out = s.candidates();
         self.fill_children(line, &cat, &mut out).await?;
         cursor.replace(
-            Ids::from(s.known),
+            known_ids(&out),
             Ids::from(s.pending),
             Ids::from(s.bad),
             top_now,
@@ -294,7 +300,7 @@ impl Db {
         out.sort_unstable_by_key(|c| c.id);
         self.fill_children(line, &cat, &mut out).await?;
         cursor.replace(
-            Ids::from(s.known),
+            known_ids(&out),
             Ids::from(s.pending),
             Ids::from(s.bad),
             top_now,
@@ -361,7 +367,7 @@ mod tests {
             "one allocation of the exact size"
         );
         assert!(out.iter().map(|c| c.id).eq(0..7000), "in the order read");
-        assert_eq!(s.known.len(), 7000);
+        assert_eq!(known_ids(&out).len(), 7000);
         assert_eq!(s.pending.len(), 10);
         assert!(s.pages.is_empty(), "the pages are gone once joined");
     }
