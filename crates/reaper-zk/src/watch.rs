@@ -233,9 +233,9 @@ impl Watcher {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // After a batch the channel rests for EVENT_BATCH: 2,000 workers
         // beating every 10 s are 200 events a second, and taking each as it
-        // comes was a wake-up of this task per event (at steady state, most
-        // of the daemon's CPU went to waking up). A node's removal waits at
-        // most that long more.
+        // comes was a wake-up of this task per event (at steady state, a
+        // large share of the daemon's CPU went to context switches). Creations
+        // and removals wait at most that long more.
         let mut resting: Option<tokio::time::Instant> = None;
         loop {
             tokio::select! {
