@@ -216,8 +216,9 @@ else
 fi
 
 # 7b. ghost detection (SPEC §15): a sweep with 2,000 agents x 20 listed tasks vs none ---
-# the daemon measured is the release binary built above (the e2e helpers default to the debug one)
-if run ghost_sweep env DS_REAPER_BIN="$target/ds-reaper" cargo test --release -q -p reaper-e2e bench_ghost_sweep -- --ignored --nocapture; then
+# the daemon measured is the release binary built above (the e2e helpers default to the debug one),
+# by an absolute path: cargo runs the test from its own crate directory
+if run ghost_sweep env DS_REAPER_BIN="$(realpath "$target/ds-reaper")" cargo test --release -q -p reaper-e2e bench_ghost_sweep -- --ignored --nocapture; then
   row "ghosts: sweep, 2,000 agents x 20 listed tasks vs no agents (40,000 rows; with / without)" \
     "$(result ghost_sweep ghost_sweep_ratio)x ($(result ghost_sweep ghost_sweep_with_ms) / $(result ghost_sweep ghost_sweep_without_ms) ms)" \
     "<= 1.3x" "$(verdict "$(result ghost_sweep ghost_sweep_ratio)" "<=" 1.3)"
