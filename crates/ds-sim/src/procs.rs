@@ -233,6 +233,38 @@ impl Drop for TaskProcess {
     }
 }
 
+/// (utime + stime in clock ticks, VmRSS in kB, VmHWM in kB) of a process,
+/// for the benchmarks.
+pub fn proc_sample(pid: u32) -> io::Result<(u64, u64, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // fields after the parenthesised command name
+    let rest = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = f.get(11).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0)
+        + f.get(12).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kb = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    Ok((ticks, kb("VmRSS:"), kb("VmHWM:")))
+}
+
+/// Clock ticks a second (`getconf CLK_TCK`; 100 when it cannot be asked).
+pub fn clk_tck() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

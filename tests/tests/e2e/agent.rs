@@ -153,14 +153,12 @@ async fn wait_listing(
             .is_some_and(|a| a["fresh"] == true && a["tasks"] == tasks))
     })
     .await;
-    if r.is_err() {
+    if let Err(e) = r {
         let seen = agent_of(d, worker).await.ok().flatten();
-        return r.map_err(|e| {
-            e.context(format!(
-                "the daemon's view of the agent: {seen:#?}\nthe agent's log:\n{}",
-                agent.log_tail(40)
-            ))
-        });
+        return Err(e.context(format!(
+            "the daemon's view of the agent: {seen:#?}\nthe agent's log:\n{}",
+            agent.log_tail(40)
+        )));
     }
     Ok(())
 }

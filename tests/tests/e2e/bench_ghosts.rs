@@ -53,18 +53,10 @@ fn step_means(log: &str, from: usize) -> String {
         .join(" ")
 }
 
-/// CPU time the process has used, in ms (`utime + stime` of its
-/// `/proc/<pid>/stat`, at 100 ticks a second).
+/// CPU time the process has used, in ms.
 fn cpu_ms(pid: u32) -> anyhow::Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let rest = stat
-        .rsplit_once(')')
-        .map(|(_, r)| r)
-        .ok_or_else(|| anyhow::anyhow!("unreadable stat of pid {pid}"))?;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // fields 14 and 15 of stat; `rest` starts at field 3
-    let ticks: f64 = f[11].parse::<f64>()? + f[12].parse::<f64>()?;
-    Ok(ticks * 10.0)
+    let (ticks, _, _) = ds_sim::procs::proc_sample(pid)?;
+    Ok(ticks as f64 * 1000.0 / ds_sim::procs::clk_tck())
 }
 
 /// One measured window of the daemon's next `n` sweeps.

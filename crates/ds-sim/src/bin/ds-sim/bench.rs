@@ -275,36 +275,6 @@ async fn reap_body(bin: &Path, db: &SimDb, zk: &str, root: &str, dir: &Path, n: 
     Ok(())
 }
 
-/// (utime + stime in clock ticks, VmRSS in kB, VmHWM in kB) of a process.
-fn proc_sample(pid: u32) -> Result<(u64, u64, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // fields after the parenthesised command name
-    let rest = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = f.get(11).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0)
-        + f.get(12).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kb = |key: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    Ok((ticks, kb("VmRSS:"), kb("VmHWM:")))
-}
-
-fn clk_tck() -> f64 {
-    std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(100.0)
-}
-
 /// What `bench-steady` runs.
 pub struct SteadyOpts {
     pub workers: usize,
@@ -404,8 +374,8 @@ async fn steady_body(
         "daemon ready: {} candidates, {} zombies in the first sweep; measuring {secs} s ({settings})",
         st["last_sweep"]["candidates"], st["last_sweep"]["zombies"]
     );
-    let tck = clk_tck();
-    let (t0, _, _) = proc_sample(pid)?;
+    let tck = ds_sim::procs::clk_tck();
+    let (t0, _, _) = ds_sim::procs::proc_sample(pid)?;
     let start = Instant::now();
     let mut rss_max = 0u64;
     let mut rss_sum = 0u64;
@@ -416,7 +386,7 @@ async fn steady_body(
     let (mut incr, mut full) = (0u32, 0u32);
     while start.elapsed() < Duration::from_secs(secs) {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let (_, rss, _) = proc_sample(pid)?;
+        let (_, rss, _) = ds_sim::procs::proc_sample(pid)?;
         rss_max = rss_max.max(rss);
         rss_sum += rss;
         k += 1;
@@ -434,7 +404,7 @@ async fn steady_body(
             }
         }
     }
-    let (t1, rss_end, hwm) = proc_sample(pid)?;
+    let (t1, rss_end, hwm) = ds_sim::procs::proc_sample(pid)?;
     let cpu = (t1 - t0) as f64 / tck / start.elapsed().as_secs_f64() * 100.0;
     let (_, metrics) = rp.get("/metrics").await?;
     let get = |name: &str| metric_value(&metrics, name);
