@@ -6,10 +6,12 @@
 //! (kill orders, under the same brake, caps and token bucket as every write).
 
 mod evidence;
+mod ids;
 mod policy;
 
 use evidence::{is_own, own_window, Seen};
 pub use evidence::{Ghost, GhostEvidence};
+pub use ids::IdSet;
 pub use policy::{GhostAction, GhostPolicy, GhostRule};
 
 use crate::agent::{AgentProcess, AgentSeen, AgentTask, ReportMark};
@@ -21,7 +23,7 @@ use crate::plan::{Blocked, Disposition};
 use crate::view::{NodeKind, RegistryView};
 use crate::{delta, Instant};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 /// The reason name of every ghost (and of the rules that match them).
@@ -107,24 +109,32 @@ pub fn over(view: &RegistryView, worker: &str, row: Option<&GhostRow>) -> Option
     let Some(r) = row else {
         return Some(Over::NoRow);
     };
-    if DsLine::is_finished_task_state(r.task.state) {
+    over_fields(view, worker, r.task.state, r.flag, r.task.host.as_deref())
+}
+
+/// [`over`] of a row given by the fields it looks at: the sweep asks it of
+/// every listed task among its candidates, without a copy of each.
+pub fn over_fields(
+    view: &RegistryView,
+    worker: &str,
+    state: i32,
+    flag: i32,
+    row_host: Option<&str>,
+) -> Option<Over> {
+    if DsLine::is_finished_task_state(state) {
         return Some(Over::Terminal);
     }
-    if r.task.state == NEED_FAULT_TOLERANCE {
+    if state == NEED_FAULT_TOLERANCE {
         return Some(Over::NeedFaultTolerance);
     }
-    if r.flag == 0 {
+    if flag == 0 {
         return Some(Over::Superseded);
     }
     // A live row is another host's only when its host is a worker the view
     // knows (live or lost) and not this one: a host the view cannot place —
     // an address whose alias was forgotten — might be this worker's own, and
     // a live task's process is never a ghost.
-    let h = r
-        .task
-        .host
-        .as_deref()
-        .filter(|h| !host::is_empty(Some(h)))?;
+    let h = row_host.filter(|h| !host::is_empty(Some(h)))?;
     let me = host::normalize(worker);
     let named = view.resolve(NodeKind::Worker, h);
     if named == me {
@@ -151,7 +161,7 @@ pub struct Listed<'a> {
 }
 
 /// The tasks fresh agents list now, by worker: what the sweep reads by id.
-pub fn listed_ids(view: &RegistryView, now: Instant, stale_after: Duration) -> BTreeSet<i64> {
+pub fn listed_ids(view: &RegistryView, now: Instant, stale_after: Duration) -> IdSet {
     view.agents
         .values()
         .filter(|a| a.fresh(now, stale_after))
@@ -169,12 +179,12 @@ pub struct GhostPlan {
 /// What a sweep read of the listed tasks.
 pub struct ListedRead<'a> {
     /// Every id asked: an id not asked is never taken for a vanished row.
-    pub read: &'a BTreeSet<i64>,
+    pub read: &'a IdSet,
     /// The rows the read found.
     pub rows: &'a BTreeMap<i64, GhostRow>,
     /// Ids read whose row is live on the one worker that lists them, kept
     /// without the row: no ghost.
-    pub live: &'a HashSet<i64>,
+    pub live: &'a IdSet,
     /// The order nodes in the registry, by (worker, task id).
     pub outstanding: &'a BTreeSet<(String, i64)>,
 }

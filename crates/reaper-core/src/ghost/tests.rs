@@ -127,7 +127,7 @@ impl Sweeper {
             &ListedRead {
                 read: &read,
                 rows: &rows,
-                live: &HashSet::new(),
+                live: &IdSet::new(),
                 outstanding: &self.outstanding,
             },
             &self.memory,
@@ -516,9 +516,9 @@ fn an_id_not_read_is_never_taken_for_a_vanished_row() {
         let pl = plan_ghosts(
             &v,
             &ListedRead {
-                read: &BTreeSet::new(),
+                read: &IdSet::new(),
                 rows: &BTreeMap::new(),
-                live: &HashSet::new(),
+                live: &IdSet::new(),
                 outstanding: &BTreeSet::new(),
             },
             &memory,
@@ -548,13 +548,13 @@ fn check_judges_in_one_look_from_the_rows_end() {
     rows.insert(2, row(2, 8, 1, W1, None));
     let memory = check_memory(&v, &rows, t(121), &p);
     assert_eq!(memory.len(), 1);
-    let read: BTreeSet<i64> = [1, 2].into();
+    let read = IdSet::from([1, 2]);
     let pl = plan_ghosts(
         &v,
         &ListedRead {
             read: &read,
             rows: &rows,
-            live: &HashSet::new(),
+            live: &IdSet::new(),
             outstanding: &BTreeSet::new(),
         },
         &memory,
@@ -572,7 +572,7 @@ fn check_judges_in_one_look_from_the_rows_end() {
         &ListedRead {
             read: &read,
             rows: &rows,
-            live: &HashSet::new(),
+            live: &IdSet::new(),
             outstanding: &BTreeSet::new(),
         },
         &memory,

@@ -4,19 +4,19 @@
 
 use super::GHOST_READ;
 use crate::engine::Engine;
-use reaper_core::ghost::{self, GhostRow};
+use reaper_core::ghost::{self, GhostRow, IdSet};
 use reaper_core::order::KillOrder;
 use reaper_core::ports::PortErrorKind;
 use reaper_core::{DsLine, Instant, RegistryView};
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::BTreeMap;
 
 /// The listed tasks' rows, read in the sweep after the candidates.
 pub(in crate::engine) struct Listed {
-    pub(super) read: BTreeSet<i64>,
+    pub(super) read: IdSet,
     pub(super) rows: BTreeMap<i64, GhostRow>,
     /// Listed tasks whose candidate row is live on the one worker that lists
     /// them: no ghost, and no row kept for them.
-    pub(super) live: HashSet<i64>,
+    pub(super) live: IdSet,
     /// The order nodes in the registry; None when they could not be read
     /// (no order is then written: one may be outstanding).
     pub(super) orders: Option<Vec<(String, KillOrder)>>,
@@ -37,16 +37,14 @@ impl Engine {
     ) -> Option<Listed> {
         let view = self.registry.view();
         let stale_after = self.settings.reconcile.agent_stale_after;
-        let ids: Vec<i64> = ghost::listed_ids(&view, self.now(), stale_after)
-            .into_iter()
-            .collect();
+        let ids = ghost::listed_ids(&view, self.now(), stale_after);
         let orders = self.read_orders(view.agents.is_empty()).await;
         if ids.is_empty() {
             drop(view);
             return Some(Listed {
-                read: BTreeSet::new(),
+                read: IdSet::new(),
                 rows: BTreeMap::new(),
-                live: HashSet::new(),
+                live: IdSet::new(),
                 orders,
             });
         }
@@ -65,10 +63,14 @@ impl Engine {
         match found {
             Ok(found) => {
                 self.read_ok(GHOST_READ);
-                let bad: BTreeSet<i64> = found.undecodable.into_iter().collect();
+                let bad = IdSet::from(found.undecodable);
                 rows.extend(found.rows.into_iter().map(|r| (r.task.id, r)));
+                let mut read = ids;
+                if !bad.is_empty() {
+                    read.retain(|i| !bad.contains(i));
+                }
                 Some(Listed {
-                    read: ids.into_iter().filter(|i| !bad.contains(i)).collect(),
+                    read,
                     rows,
                     live,
                     orders,
@@ -114,50 +116,44 @@ fn rows_among_candidates(
     candidates: &[reaper_core::Candidate],
     now: Instant,
     stale_after: std::time::Duration,
-) -> (BTreeMap<i64, GhostRow>, HashSet<i64>) {
-    // The worker whose agent lists each task, and whether another lists it too.
-    let mut lister: HashMap<i64, (&str, bool)> = HashMap::new();
-    for (w, a) in view
+) -> (BTreeMap<i64, GhostRow>, IdSet) {
+    // Which fresh agent lists each task, by task id (sorted: one sort and a
+    // binary search per candidate, where a hash map took a hash of each).
+    let workers: Vec<&str> = view
         .agents
         .iter()
         .filter(|(_, a)| a.fresh(now, stale_after))
-    {
-        for t in a.report.iter().flat_map(|r| &r.tasks) {
-            lister
-                .entry(t.task_id)
-                .and_modify(|(_, more)| *more = true)
-                .or_insert((w.as_str(), false));
-        }
+        .map(|(w, _)| w.as_str())
+        .collect();
+    let mut lister: Vec<(i64, usize)> = Vec::new();
+    for (i, w) in workers.iter().enumerate() {
+        let tasks = view.agents[*w].report.iter().flat_map(|r| &r.tasks);
+        lister.extend(tasks.map(|t| (t.task_id, i)));
     }
+    lister.sort_unstable();
     let mut rows = BTreeMap::new();
-    let mut live = HashSet::new();
+    let mut live = Vec::new();
     for c in candidates {
-        let Some(&(worker, more)) = lister.get(&c.id) else {
+        let at = lister.partition_point(|(id, _)| *id < c.id);
+        let Some(&(_, i)) = lister.get(at).filter(|(id, _)| *id == c.id) else {
             continue;
         };
-        // what the judgement needs of a live row: its state and host
-        let slim = GhostRow {
-            task: reaper_core::Candidate {
-                id: c.id,
-                state: c.state,
-                host: c.host.clone(),
-                ..Default::default()
-            },
-            flag: 1,
-            end_time: None,
-            newer_attempt: None,
-        };
-        if !more && ghost::over(view, worker, Some(&slim)).is_none() {
-            live.insert(c.id);
+        // listed by a second agent too: judged with its row
+        let more = lister.get(at + 1).is_some_and(|(id, _)| *id == c.id);
+        let over = ghost::over_fields(view, workers[i], c.state, 1, c.host.as_deref());
+        if !more && over.is_none() {
+            live.push(c.id);
         } else {
             rows.insert(
                 c.id,
                 GhostRow {
                     task: c.clone(),
-                    ..slim
+                    flag: 1,
+                    end_time: None,
+                    newer_attempt: None,
                 },
             );
         }
     }
-    (rows, live)
+    (rows, IdSet::from(live))
 }
