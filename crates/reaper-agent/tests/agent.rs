@@ -4,9 +4,9 @@
 //! `bash deploy/dev/services.sh start; source deploy/dev/env.sh`; a missing
 //! ZooKeeper skips these tests, except under CI=true where it fails them.
 
-mod common;
+mod agent_setup;
 
-use common::*;
+use agent_setup::*;
 use ds_sim::procs::ExecBase;
 use reaper_agent::testing::{Denial, Denying};
 use reaper_agent::{Agent, ProcFs, Publisher};

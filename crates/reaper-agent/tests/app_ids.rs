@@ -3,9 +3,9 @@
 //! `appInfo.log` while it runs, and the task's log under
 //! `agent.task_log_base`. A missing ZooKeeper skips, except under CI=true.
 
-mod common;
+mod agent_setup;
 
-use common::*;
+use agent_setup::*;
 use ds_sim::procs::{ExecBase, DEFINITION, DEFINITION_VERSION};
 use reaper_core::DsLine;
 use std::io::Write;

@@ -6,9 +6,9 @@
 //! Needs the shared ZooKeeper (`bash deploy/dev/services.sh start; source
 //! deploy/dev/env.sh`); a missing ZooKeeper skips, except under CI=true.
 
-mod common;
+mod agent_setup;
 
-use common::*;
+use agent_setup::*;
 use ds_sim::procs::{ExecBase, TaskProcess};
 use ds_sim::zk::SimServer;
 use reaper_agent::Agent;

@@ -4,9 +4,9 @@
 //! agent carries it out once and answers it in its published report while
 //! the node exists. A missing service skips, except under CI=true.
 
-mod common;
+mod agent_setup;
 
-use common::*;
+use agent_setup::*;
 use ds_sim::etcd::{EtcdSimOptions, EtcdSimServer};
 use ds_sim::procs::ExecBase;
 use ds_sim::zk::SimServer;

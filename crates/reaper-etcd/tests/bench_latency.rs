@@ -2,11 +2,11 @@
 //! not assertions).
 //! `cargo test --release -p reaper-etcd --test bench_latency -- --ignored --nocapture`
 
-mod common;
+mod etcd_setup;
 
 use chrono::Utc;
-use common::*;
 use ds_sim::etcd::EtcdSimServer;
+use etcd_setup::*;
 use reaper_core::{DsLine, NodeKind};
 use reaper_etcd::EtcdRegistry;
 use std::time::{Duration, Instant};

@@ -2,12 +2,12 @@
 //! held by a simulated DS failover through etcd's lock API, released by
 //! revoking its lease, then settling. One namespace per test.
 
-mod common;
+mod etcd_setup;
 
 use chrono::{TimeDelta, Utc};
-use common::*;
 use ds_sim::etcd::EtcdSimLock;
 use ds_sim::zk::failover_lock_path;
+use etcd_setup::*;
 use reaper_core::DsLine;
 use reaper_etcd::EtcdRegistry;
 use std::time::Duration;

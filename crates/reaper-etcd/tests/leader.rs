@@ -3,9 +3,9 @@
 //! leader's process is killed (`kill -9`: its lease expires) and when the
 //! leader resigns.
 
-mod common;
+mod etcd_setup;
 
-use common::*;
+use etcd_setup::*;
 use reaper_etcd::EtcdLeader;
 use std::process::Stdio;
 use std::time::Duration;

@@ -2,9 +2,9 @@
 //! test: written where the agent looks, bound to no lease, replaced, listed,
 //! removed.
 
-mod common;
+mod etcd_setup;
 
-use common::*;
+use etcd_setup::*;
 use reaper_core::order::{KillOrder, OrderPid};
 use reaper_core::ports::RegistrySource;
 use reaper_etcd::EtcdRegistry;

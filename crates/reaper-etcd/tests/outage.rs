@@ -2,12 +2,12 @@
 //! view is invalid until a fresh read, which restarts every absence clock;
 //! the leader steps down when its keep-alive fails.
 
-mod common;
+mod etcd_setup;
 
 use chrono::Utc;
-use common::*;
 use ds_sim::etcd::server::PrivateEtcd;
 use ds_sim::etcd::EtcdSimServer;
+use etcd_setup::*;
 use reaper_core::agent::AgentReport;
 use reaper_core::{DsLine, NodeKind};
 use reaper_etcd::{EtcdAgentKey, EtcdLeader, EtcdRegistry};

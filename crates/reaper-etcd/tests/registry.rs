@@ -1,11 +1,11 @@
 //! The etcd registry against a real etcd (the shared one; each test under a
 //! namespace of its own): losses, flapping, heartbeats, compaction, agents.
 
-mod common;
+mod etcd_setup;
 
 use chrono::Utc;
-use common::*;
 use ds_sim::etcd::{EtcdSimOptions, EtcdSimServer};
+use etcd_setup::*;
 use reaper_core::agent::AgentReport;
 use reaper_core::{DsLine, NodeKind, RegistryLayout};
 use reaper_etcd::{EtcdAgentKey, EtcdRegistry, Hooks};

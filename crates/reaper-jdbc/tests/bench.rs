@@ -6,11 +6,11 @@
 //! - the cost of one poll with 2,000 workers: the statement and decoding,
 //!   then judging the rows and the membership machine's full listing.
 
-mod common;
+mod jdbc_setup;
 
 use chrono::Utc;
-use common::*;
 use ds_sim::jdbc::{SimJdbcFleet, SimJdbcServer};
+use jdbc_setup::*;
 use reaper_core::registry::{LayoutMode, ListedNode, Listing, Membership};
 use reaper_core::NodeKind;
 use reaper_jdbc::{JdbcRegistry, JdbcSource};

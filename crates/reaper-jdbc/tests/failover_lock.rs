@@ -3,13 +3,13 @@
 //! `t_ds_jdbc_registry_lock` rows, held by a simulated DS failover (term
 //! refreshed), released (row deleted), or left behind by a dead holder.
 
-mod common;
+mod jdbc_setup;
 
 use chrono::TimeDelta;
-use common::*;
 use ds_sim::db::SimKind;
 use ds_sim::jdbc::SimJdbcLock;
 use ds_sim::zk::failover_lock_path;
+use jdbc_setup::*;
 use reaper_jdbc::JdbcRegistry;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;

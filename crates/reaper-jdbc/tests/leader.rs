@@ -1,12 +1,12 @@
 //! Leader election on a database lock (MariaDB `GET_LOCK`, PostgreSQL
 //! `pg_try_advisory_lock`), against the real servers.
 
-mod common;
+mod jdbc_setup;
 
-use common::proxy::{split_url, Proxy};
-use common::*;
 use ds_sim::db::SimKind;
 use ds_sim::jdbc::SimRegistryDb;
+use jdbc_setup::proxy::{split_url, Proxy};
+use jdbc_setup::*;
 use reaper_jdbc::{JdbcLeader, LeaderOptions};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

@@ -3,13 +3,13 @@
 //! registry, 3.2.2's JDBC registry on both databases, dev's JDBC registry
 //! with client heartbeats on both.
 
-mod common;
+mod jdbc_setup;
 
 use chrono::Utc;
-use common::proxy::{split_url, Proxy};
-use common::*;
 use ds_sim::db::SimKind;
 use ds_sim::jdbc::{SimJdbcServer, SimRegistryDb};
+use jdbc_setup::proxy::{split_url, Proxy};
+use jdbc_setup::*;
 use reaper_core::ports::RegistrySource;
 use reaper_core::{DsLine, NodeKind, RegistryView};
 use reaper_jdbc::{Flavour, JdbcRegistry};

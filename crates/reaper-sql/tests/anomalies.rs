@@ -4,14 +4,14 @@
 //! 3.4's waiting serial commands with the running instances of their
 //! definition — and no read of them writes anything.
 
-mod common;
+mod sql_setup;
 
-use common::*;
 use ds_sim::db::{SimDb, SimKind, TaskSpec, WorkflowSpec};
 use reaper_core::anomaly::queued_states;
 use reaper_core::ports::{PortError, PortErrorKind, Scan, TaskStore};
 use reaper_core::DsLine;
 use reaper_sql::*;
+use sql_setup::*;
 use std::time::Duration;
 
 fn task(wf: i64, state: i32) -> TaskSpec {

@@ -4,13 +4,13 @@
 //! writes that `recover` must write too (SPEC §13), and the write path's
 //! behaviour under timeouts and slow intents (SPEC §4.7, §4.11).
 
-mod common;
+mod sql_setup;
 
-use common::*;
 use ds_sim::db::{SimDb, SimKind, TaskSpec, WorkflowSpec};
 use reaper_core::ports::WorkflowOutcome;
 use reaper_core::{Action, Candidate, DsLine, FollowUp};
 use reaper_sql::*;
+use sql_setup::*;
 use std::collections::BTreeMap;
 use std::time::Duration;
 

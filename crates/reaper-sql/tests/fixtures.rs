@@ -1,13 +1,13 @@
 //! Every schema fixture on real MariaDB and PostgreSQL: detection, candidate
 //! reads (incremental and full), conditional writes and follow-ups.
 
-mod common;
+mod sql_setup;
 
 use chrono::{TimeZone, Utc};
-use common::*;
 use ds_sim::db::{fixture_line, SimDb, SimKind, TaskSpec, WorkflowSpec};
 use reaper_core::{Action, DsLine, FollowUp};
 use reaper_sql::*;
+use sql_setup::*;
 use std::time::Duration;
 
 async fn run(kind: SimKind, fixture: &str) {

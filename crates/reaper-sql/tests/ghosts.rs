@@ -3,13 +3,13 @@
 //! their end time, the newer attempt of a `flag = 0` row, gone rows absent,
 //! and more ids than one statement takes.
 
-mod common;
+mod sql_setup;
 
 use chrono::TimeZone;
-use common::*;
 use ds_sim::db::{SimKind, TaskSpec, WorkflowSpec};
 use reaper_core::ports::TaskStore;
 use reaper_sql::*;
+use sql_setup::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,12 +3,12 @@
 //! off DS's failover state and queued commands, columns learned from the
 //! catalog, undecodable rows, statement time limits.
 
-mod common;
+mod sql_setup;
 
-use common::*;
 use ds_sim::db::{SimKind, TaskSpec, WorkflowSpec};
 use reaper_core::{Action, DsLine, FollowUp};
 use reaper_sql::*;
+use sql_setup::*;
 use std::time::Duration;
 
 const OWNER: &str = "10.0.0.1:5678";

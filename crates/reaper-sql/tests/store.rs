@@ -1,13 +1,13 @@
 //! The `TaskStore` port on real MariaDB and PostgreSQL, used the way the
 //! engine uses it: through `Arc<dyn TaskStore>`, the store keeping the cursor.
 
-mod common;
+mod sql_setup;
 
-use common::*;
 use ds_sim::db::{SimKind, TaskSpec, WorkflowSpec};
 use reaper_core::ports::{PortError, PortErrorKind, Scan, TaskStore};
 use reaper_core::{Action, DsLine, FollowUp};
 use reaper_sql::*;
+use sql_setup::*;
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -4,15 +4,15 @@
 //! SPEC §4 (a live master, DS's own hands, a queued command, races); the
 //! candidate reads (incremental and full) and their task summaries.
 
-mod common;
+mod sql_setup;
 
 use chrono::NaiveDateTime;
-use common::*;
 use ds_sim::db::{CommandView, SimDb, SimKind, TaskSpec, WorkflowSpec};
 use reaper_core::ports::{Scan, TaskStore, WorkflowOutcome};
 use reaper_core::workflow::WorkflowCandidate;
 use reaper_core::DsLine;
 use reaper_sql::*;
+use sql_setup::*;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -1,16 +1,16 @@
 //! Latency figures (ignored: timings belong in benchmarks, not assertions).
 //! `cargo test -p reaper-zk --test bench_latency -- --ignored --nocapture`
 
-mod common;
+mod zk_setup;
 
 use chrono::Utc;
-use common::*;
 use ds_sim::zk::SimServer;
 use ds_sim::zkserver::PrivateZk;
 use reaper_core::{DsLine, NodeKind};
 use reaper_zk::ZkRegistry;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
+use zk_setup::*;
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();

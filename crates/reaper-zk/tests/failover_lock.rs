@@ -2,16 +2,16 @@
 //! them: held by a simulated DS failover (Curator's lock node), released,
 //! then settling. One root per test on the shared ZooKeeper.
 
-mod common;
+mod zk_setup;
 
 use chrono::{TimeDelta, Utc};
-use common::*;
 use ds_sim::zk::{delete_tree, failover_lock_path, SimZkLock, FAILOVER_MASTERS_LOCK};
 use reaper_core::view::ANY_MASTER;
 use reaper_core::DsLine;
 use reaper_zk::ZkRegistry;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+use zk_setup::*;
 
 const SETTLE: Duration = Duration::from_secs(30);
 const MASTER: &str = "10.0.0.5:5678";

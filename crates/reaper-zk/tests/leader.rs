@@ -1,10 +1,10 @@
 //! Leader election between two replicas on the shared ZooKeeper.
 
-mod common;
+mod zk_setup;
 
-use common::*;
 use reaper_zk::ZkLeader;
 use tokio_util::sync::CancellationToken;
+use zk_setup::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exactly_one_leader_and_takeover_after_close() {

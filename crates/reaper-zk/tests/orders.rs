@@ -1,15 +1,15 @@
 //! Kill orders (SPEC §15) as persistent nodes on the shared ZooKeeper, one
 //! root per test: written where the agent looks, replaced, listed, removed.
 
-mod common;
+mod zk_setup;
 
-use common::*;
 use ds_sim::zk::delete_tree;
 use reaper_core::order::{KillOrder, OrderPid};
 use reaper_core::ports::RegistrySource;
 use reaper_core::DsLine;
 use reaper_zk::ZkRegistry;
 use tokio_util::sync::CancellationToken;
+use zk_setup::*;
 use zookeeper_client as zk;
 
 fn order(task_id: i64, id: &str) -> KillOrder {

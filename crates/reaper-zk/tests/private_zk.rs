@@ -1,16 +1,16 @@
 //! Server restarts and session expiry, against a private ZooKeeper per test
 //! (never the shared one).
 
-mod common;
+mod zk_setup;
 
 use chrono::Utc;
-use common::*;
 use ds_sim::zk::SimServer;
 use ds_sim::zkserver::PrivateZk;
 use reaper_core::{DsLine, NodeKind, ViewState};
 use reaper_zk::{ZkLeader, ZkRegistry};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+use zk_setup::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_restart_invalidates_then_revalidates_with_the_same_hosts() {

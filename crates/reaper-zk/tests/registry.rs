@@ -1,13 +1,13 @@
 //! The registry adapter against the shared ZooKeeper, one root per test.
 
-mod common;
+mod zk_setup;
 
 use chrono::{TimeDelta, Utc};
-use common::*;
 use ds_sim::zk::{add_task_queue_entry, delete_tree, task_queue_entries, SimServer};
 use reaper_core::{DsLine, HeartbeatFormat, NodeKind, RegistryLayout};
 use reaper_zk::ZkRegistry;
 use tokio_util::sync::CancellationToken;
+use zk_setup::*;
 
 fn hosts(line: DsLine) -> (&'static str, &'static str) {
     if line == DsLine::V1_2 {

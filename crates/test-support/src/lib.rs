@@ -11,6 +11,7 @@
 //!   condition with a generous deadline and say what was awaited (and the
 //!   last view) when it passes. A fixed wait belongs only in a named
 //!   "nothing happens" hold ([`hold`]).
+//! - [`utc`]: the zone every adapter's test settings use.
 
 use ds_sim::db::{server_url, SimKind};
 use reaper_core::RegistryView;
@@ -19,6 +20,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
+
+/// UTC, the zone of every adapter's test settings and simulated servers.
+pub fn utc() -> reaper_core::Zone {
+    "UTC".parse().expect("UTC is a zone")
+}
 
 /// How long a test waits for a condition by default.
 pub const WAIT: Duration = Duration::from_secs(30);

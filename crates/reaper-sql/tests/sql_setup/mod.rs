@@ -1,5 +1,6 @@
-//! Helpers shared by the integration tests: a fresh database per test (loaded
-//! with a real DS schema by ds-sim), the adapter on it, fixed times.
+//! The SQL adapter's test set-up: a fresh database per test (loaded with a
+//! real DS schema by ds-sim), the adapter on it, fixed times; the helpers
+//! every crate's tests share are reaper-test-support's.
 
 #![allow(dead_code)]
 

@@ -7,7 +7,7 @@ pub mod proxy;
 
 use ds_sim::db::SimKind;
 use ds_sim::jdbc::{JdbcSimOptions, SimRegistryDb};
-use reaper_core::{DsLine, RegistryView, Zone};
+use reaper_core::{DsLine, RegistryView};
 use reaper_jdbc::{JdbcRegistry, JdbcSettings};
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,9 +50,7 @@ pub async fn registry_db(kind: SimKind, fixture: &str) -> Option<SimRegistryDb> 
     )
 }
 
-pub fn utc() -> Zone {
-    "UTC".parse().unwrap()
-}
+pub use reaper_test_support::utc;
 
 pub fn settings(url: &str, line: Option<DsLine>) -> JdbcSettings {
     let mut s = JdbcSettings::new(url);

@@ -3,7 +3,7 @@
 #![allow(dead_code, unused_imports)]
 
 use ds_sim::etcd::EtcdSimOptions;
-use reaper_core::{RegistryView, Zone};
+use reaper_core::RegistryView;
 use reaper_etcd::{EtcdRegistry, EtcdSettings};
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,9 +20,7 @@ pub fn unique_namespace() -> (String, String) {
     (root, ns)
 }
 
-pub fn utc() -> Zone {
-    "UTC".parse().unwrap()
-}
+pub use reaper_test_support::utc;
 
 /// Short timeouts so that failures are seen quickly.
 pub fn settings(endpoints: &[String], namespace: &str) -> EtcdSettings {

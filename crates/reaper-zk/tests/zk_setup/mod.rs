@@ -2,7 +2,7 @@
 //! share (services, roots, waits) are reaper-test-support's.
 #![allow(dead_code, unused_imports)]
 
-use reaper_core::{DsLine, RegistryView, Zone};
+use reaper_core::{DsLine, RegistryView};
 use reaper_zk::{ZkRegistry, ZkSettings};
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,9 +26,7 @@ pub fn settings(connect: &str, root: &str, line: Option<DsLine>) -> ZkSettings {
     }
 }
 
-pub fn utc() -> Zone {
-    "UTC".parse().unwrap()
-}
+pub use reaper_test_support::utc;
 
 pub fn sim_opts() -> ds_sim::zk::SimOptions {
     ds_sim::zk::SimOptions {
