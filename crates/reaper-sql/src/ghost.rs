@@ -2,7 +2,8 @@
 //! for ghost detection: the candidate select of the line (same columns, same
 //! decoding), each row's `end_time` and task identity, and for `flag = 0`
 //! rows the `flag = 1` attempt of the same task in the same workflow
-//! instance. Three statements per chunk of ids at most, never one per task.
+//! instance. Three statements per chunk of ids at most, never one per task; the
+//! chunks are read concurrently, within the pool.
 
 use crate::dialect::{Conn, Dialect};
 use crate::schema::{names, Catalog, TASK};
@@ -144,12 +145,18 @@ impl Db {
         cat.require(TASK, &["end_time"])?;
         let zone = self.zone();
         let mut superseded: Vec<(usize, (i64, TaskKey))> = Vec::new();
-        for chunk in ids.chunks(ID_BATCH) {
-            let (page, extra) = tokio::try_join!(self.reread_tasks(line, &cat, chunk), async {
+        // The chunks are read at once, each as two statements side by side:
+        // the pool bounds how many run, and 2,000 listed rows that are over
+        // (a worker restart's worth) cost one round trip, not one per chunk.
+        let chunks = futures::future::try_join_all(ids.chunks(ID_BATCH).map(|chunk| async {
+            tokio::try_join!(self.reread_tasks(line, &cat, chunk), async {
                 with_conn!(self, "reading end times of listed tasks", |c: D| ends::<D>(
                     c, &cat, zone, chunk
                 ))
-            })?;
+            })
+        }))
+        .await?;
+        for (page, extra) in chunks {
             out.undecodable.extend(page.bad.iter().map(|b| b.id));
             for t in page.rows {
                 let (end_time, key) = extra.get(&t.task.id).cloned().unwrap_or((None, None));

@@ -117,8 +117,9 @@ fn rows_among_candidates(
     now: Instant,
     stale_after: std::time::Duration,
 ) -> (BTreeMap<i64, GhostRow>, IdSet) {
-    // Which fresh agent lists each task, by task id (sorted: one sort and a
-    // binary search per candidate, where a hash map took a hash of each).
+    // Which fresh agent lists each task, sorted by task id once: each
+    // candidate is then found by a walk or a binary search, where a hash map
+    // took a hash of each of 40,000 listings and candidates.
     let workers: Vec<&str> = view
         .agents
         .iter()
@@ -133,8 +134,18 @@ fn rows_among_candidates(
     lister.sort_unstable();
     let mut rows = BTreeMap::new();
     let mut live = Vec::new();
+    // The sweep's candidates come sorted by id: then one walk along both
+    // lists, else a binary search per candidate.
+    let sorted = candidates.is_sorted_by_key(|c| c.id);
+    let mut at = 0;
     for c in candidates {
-        let at = lister.partition_point(|(id, _)| *id < c.id);
+        if sorted {
+            while lister.get(at).is_some_and(|(id, _)| *id < c.id) {
+                at += 1;
+            }
+        } else {
+            at = lister.partition_point(|(id, _)| *id < c.id);
+        }
         let Some(&(_, i)) = lister.get(at).filter(|(id, _)| *id == c.id) else {
             continue;
         };
@@ -156,4 +167,91 @@ fn rows_among_candidates(
         }
     }
     (rows, IdSet::from(live))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rows_among_candidates;
+    use chrono::TimeZone;
+    use reaper_core::agent::{AgentReport, AgentSeen, AgentTask};
+    use reaper_core::{Candidate, NodeInfo, NodeKind, RegistryView, ViewState};
+    use std::time::Duration;
+
+    const STALE: Duration = Duration::from_secs(35);
+
+    fn now() -> reaper_core::Instant {
+        chrono::Utc.timestamp_opt(1_700_000_000, 0).unwrap()
+    }
+
+    fn report(worker: &str, tasks: &[i64]) -> AgentReport {
+        AgentReport {
+            worker: worker.into(),
+            agent_version: "test".into(),
+            seq: 1,
+            scan_started_at: now().timestamp_millis(),
+            scan_ms: 1,
+            exec_base: "/tmp/ds".into(),
+            unreadable: 0,
+            blind: None,
+            tasks: tasks
+                .iter()
+                .map(|&id| AgentTask {
+                    app_ids: vec![],
+                    task_id: id,
+                    workflow_instance_id: 9,
+                    pids: vec![100],
+                    started_at: 0,
+                    processes: vec![],
+                })
+                .collect(),
+            orders: Vec::new(),
+        }
+    }
+
+    /// w1's agent lists 1, 2, 3 and 5; w2's lists 3 and 4; w3's is stale.
+    fn view() -> RegistryView {
+        let mut v = RegistryView::invalid(now(), "x");
+        v.state = ViewState::Valid { since: now() };
+        for w in ["w1:1234", "w2:1234", "w3:1234"] {
+            v.upsert(NodeKind::Worker, NodeInfo::new(w, now()));
+        }
+        for (w, tasks, at) in [
+            ("w1:1234", &[5, 1, 2, 3][..], now()),
+            ("w2:1234", &[3, 4][..], now()),
+            ("w3:1234", &[6][..], now() - chrono::TimeDelta::seconds(60)),
+        ] {
+            let seen = AgentSeen::received(None, Some(report(w, tasks)), at, false, STALE);
+            v.agents.insert(w.into(), seen.into());
+        }
+        v
+    }
+
+    #[test]
+    fn live_on_their_one_lister_are_ids_only_the_others_keep_their_rows() {
+        let v = view();
+        let mut candidates = vec![
+            // live on w1, which lists it: no ghost
+            Candidate::new(1, "SHELL", 1, Some("w1:1234")),
+            // w1 lists it, the row says w2: judged with its row
+            Candidate::new(2, "SHELL", 1, Some("w2:1234")),
+            // listed by w1 and w2: judged with its row
+            Candidate::new(3, "SHELL", 1, Some("w1:1234")),
+            // listed by w2 only, live there
+            Candidate::new(4, "SHELL", 1, Some("w2:1234")),
+            // listed by the stale agent only: not the ghost step's
+            Candidate::new(6, "SHELL", 1, Some("w3:1234")),
+            // listed by nobody
+            Candidate::new(7, "SHELL", 1, Some("w1:1234")),
+        ];
+        let (rows, live) = rows_among_candidates(&v, &candidates, now(), STALE);
+        assert_eq!(live.as_slice(), &[1, 4]);
+        assert_eq!(rows.keys().copied().collect::<Vec<_>>(), vec![2, 3]);
+        assert_eq!(rows[&2].task.host.as_deref(), Some("w2:1234"));
+
+        // the same in any order (a walk for sorted candidates, a search otherwise)
+        candidates.reverse();
+        let (rows2, live2) = rows_among_candidates(&v, &candidates, now(), STALE);
+        assert_eq!(live2, live);
+        assert_eq!(rows2, rows);
+    }
 }
