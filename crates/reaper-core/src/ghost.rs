@@ -6,18 +6,17 @@
 //! (kill orders, under the same brake, caps and token bucket as every write).
 
 mod evidence;
-mod ids;
 mod policy;
 
 use evidence::{is_own, own_window, Seen};
 pub use evidence::{Ghost, GhostEvidence};
-pub use ids::IdSet;
 pub use policy::{GhostAction, GhostPolicy, GhostRule};
 
 use crate::agent::{AgentProcess, AgentSeen, AgentTask, ReportMark};
 use crate::budget::Budget;
 use crate::candidate::Candidate;
 use crate::host;
+use crate::ids::IdSet;
 use crate::line::{DsLine, NEED_FAULT_TOLERANCE};
 use crate::plan::{Blocked, Disposition};
 use crate::view::{NodeKind, RegistryView};

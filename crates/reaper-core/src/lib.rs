@@ -14,6 +14,7 @@
 //! - [`ghost`]: processes that should not be running (SPEC §15): detection and kill decisions.
 //! - [`line`]: DolphinScheduler lines, their state codes, tables and layouts.
 //! - [`host`]: host normalisation and matching.
+//! - [`ids`]: sets of ids as sorted slices.
 //! - [`view`]: the registry view (live workers/masters, losses, validity).
 //! - [`candidate`]: a live-state task row as read from the database.
 //! - [`reason`]: why a candidate is a zombie, with evidence.
@@ -31,6 +32,7 @@ pub mod budget;
 pub mod candidate;
 pub mod ghost;
 pub mod host;
+pub mod ids;
 pub mod line;
 pub mod order;
 pub mod plan;
@@ -51,6 +53,7 @@ pub type Instant = chrono::DateTime<chrono::Utc>;
 pub use brake::{BrakeConfig, BrakeState};
 pub use budget::Budget;
 pub use candidate::Candidate;
+pub use ids::IdSet;
 pub use line::{DsLine, HeartbeatFormat, RegistryLayout};
 pub use plan::{plan, plan_within, Blocked, Disposition, Plan, SafetyState, Zombie};
 pub use policy::{Action, FollowUp, OwnerMaster, Policy, Rule, UnseenAbsence};

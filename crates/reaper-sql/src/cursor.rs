@@ -1,44 +1,10 @@
 //! What the incremental sweep remembers between passes.
 
-use reaper_core::Candidate;
-
-/// Row ids, ascending and distinct: 8 bytes an id. A `BTreeSet` filled as
-/// reads return ids (ascending) leaves its nodes about half empty — heaptrack
-/// put the live rows' set at ~39 bytes an id at 100,000 live rows — and a
-/// sweep holds two (the cursor's and the one its read fills) at its peak.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Ids(Box<[i64]>);
-
-impl Ids {
-    pub(crate) fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub(crate) fn iter(&self) -> impl Iterator<Item = i64> + '_ {
-        self.0.iter().copied()
-    }
-}
-
-impl From<Vec<i64>> for Ids {
-    /// Sorted and deduplicated in place: no second buffer.
-    fn from(mut v: Vec<i64>) -> Self {
-        v.sort_unstable();
-        v.dedup();
-        Ids(v.into_boxed_slice())
-    }
-}
-
-impl FromIterator<i64> for Ids {
-    fn from_iter<I: IntoIterator<Item = i64>>(ids: I) -> Self {
-        Ids::from(ids.into_iter().collect::<Vec<i64>>())
-    }
-}
-
-impl<const N: usize> From<[i64; N]> for Ids {
-    fn from(ids: [i64; N]) -> Self {
-        Ids::from(Vec::from(ids))
-    }
-}
+// Row ids as `IdSet`s (ascending, distinct, 8 bytes an id): a `BTreeSet`
+// filled as reads return ids (ascending) leaves its nodes about half empty —
+// heaptrack put the live rows' set at ~39 bytes an id at 100,000 live rows —
+// and a sweep holds two (the cursor's and the one its read fills) at its peak.
+use reaper_core::{Candidate, IdSet};
 
 /// What the incremental sweep remembers between passes.
 ///
@@ -53,9 +19,9 @@ impl<const N: usize> From<[i64; N]> for Ids {
 pub struct SweepCursor {
     mark: Option<i64>,
     top: Option<i64>,
-    known: Ids,
-    pending: Ids,
-    undecodable: Ids,
+    known: IdSet,
+    pending: IdSet,
+    undecodable: IdSet,
     /// The `flag = 1` non-finished rows outside the candidate states of the
     /// last read, for SPEC §16; taken by the store right after the read.
     others: Vec<Candidate>,
@@ -70,7 +36,7 @@ pub struct CursorStats {
     pub pending: usize,
     /// Rows that could not be decoded, re-read by id on every incremental sweep.
     pub undecodable: usize,
-    /// Ids at or below this are only re-read when tracked; `None` before the first sweep.
+    /// IdSet at or below this are only re-read when tracked; `None` before the first sweep.
     pub low_water: Option<i64>,
 }
 
@@ -92,7 +58,7 @@ impl SweepCursor {
         self.mark = Some(mark);
         self.top = Some(mark);
     }
-    /// Ids at or below this are only re-read when tracked.
+    /// IdSet at or below this are only re-read when tracked.
     pub fn low_water(&self) -> Option<i64> {
         self.mark
     }
@@ -129,9 +95,9 @@ impl SweepCursor {
     /// What a completed sweep learned; the mark moves one sweep behind `top_now`.
     pub(crate) fn replace(
         &mut self,
-        known: Ids,
-        pending: Ids,
-        undecodable: Ids,
+        known: IdSet,
+        pending: IdSet,
+        undecodable: IdSet,
         top_now: Option<i64>,
     ) {
         self.known = known;
@@ -156,14 +122,15 @@ impl SweepCursor {
     /// new set beside it), then the others, ascending and distinct.
     pub(crate) fn old_tracked(&self) -> (&[i64], Vec<i64>) {
         let mark = self.mark.unwrap_or(0);
-        let known = &self.known.0[..self.known.0.partition_point(|&id| id <= mark)];
-        let rest: Ids = self
+        let known = self.known.as_slice();
+        let known = &known[..known.partition_point(|&id| id <= mark)];
+        let rest: IdSet = self
             .pending
             .iter()
             .chain(self.undecodable.iter())
             .filter(|&id| id <= mark && known.binary_search(&id).is_err())
             .collect();
-        (known, rest.0.into_vec())
+        (known, rest.into_vec())
     }
 }
 
@@ -196,7 +163,7 @@ mod tests {
         let (known, rest) = c.old_tracked();
         assert_eq!((known, rest), (&[3][..], vec![5, 7]));
         assert_eq!(
-            Ids::from(vec![9, 3, 9, 1]).iter().collect::<Vec<_>>(),
+            IdSet::from(vec![9, 3, 9, 1]).iter().collect::<Vec<_>>(),
             vec![1, 3, 9]
         );
         assert_eq!(

@@ -3,9 +3,10 @@
 //! task by id. Undecodable rows are skipped, counted once and kept tracked
 //! (SPEC §4.12).
 
-use crate::cursor::{Ids, SweepCursor};
+use crate::cursor::SweepCursor;
 use crate::schema::{Catalog, TASK};
 use crate::{stmt, Db, SqlError, TaskRow, ID_BATCH, PAGE};
+use reaper_core::IdSet;
 use reaper_core::{Candidate, DsLine};
 use std::sync::Mutex;
 
@@ -61,7 +62,7 @@ impl Page {
 #[derive(Debug, Default)]
 pub(crate) struct Sorted {
     pages: Vec<Vec<Candidate>>,
-    /// Ids as read, sorted and made distinct once, by the cursor ([`Ids`]).
+    /// IdSet as read, sorted and made distinct once, by the cursor ([`IdSet`]).
     /// (The live ones are the candidates' own: [`known_ids`] takes them
     /// once the pages are joined, at their exact count, instead of a vector
     /// that doubled while the pages were all held.)
@@ -111,8 +112,8 @@ impl Sorted {
 }
 
 /// The ids of the candidates read: the cursor's `known`.
-fn known_ids(candidates: &[Candidate]) -> Ids {
-    Ids::from(candidates.iter().map(|c| c.id).collect::<Vec<i64>>())
+fn known_ids(candidates: &[Candidate]) -> IdSet {
+    IdSet::from(candidates.iter().map(|c| c.id).collect::<Vec<i64>>())
 }
 
 /// A [`Sorted`] filled by reads that run concurrently in one task; the lock
@@ -253,8 +254,8 @@ impl Db {
         self.fill_children(line, &cat, &mut out).await?;
         cursor.replace(
             known_ids(&out),
-            Ids::from(s.pending),
-            Ids::from(s.bad),
+            IdSet::from(s.pending),
+            IdSet::from(s.bad),
             top_now,
         );
         cursor.set_others(s.others);
@@ -301,8 +302,8 @@ impl Db {
         self.fill_children(line, &cat, &mut out).await?;
         cursor.replace(
             known_ids(&out),
-            Ids::from(s.pending),
-            Ids::from(s.bad),
+            IdSet::from(s.pending),
+            IdSet::from(s.bad),
             top_now,
         );
         cursor.set_others(s.others);

@@ -5,10 +5,11 @@
 //! have changed — never the whole task table, whose workflow column has no
 //! index on PostgreSQL.
 
-use crate::cursor::{Ids, SweepCursor};
+use crate::cursor::SweepCursor;
 use chrono::NaiveDateTime;
 use reaper_core::candidate::Shared;
 use reaper_core::workflow::WorkflowCandidate;
+use reaper_core::IdSet;
 use reaper_core::{DsLine, Zone};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
@@ -139,7 +140,7 @@ pub struct WorkflowCursor {
     /// The summaries' live tasks, by id alone: a sweep reads each of them
     /// again, so their state and host are never used after the sweep that
     /// read them (8 bytes a task kept instead of 24).
-    live: Ids,
+    live: IdSet,
 }
 
 /// A workflow cursor's figures, for status and benchmarks.

@@ -4,9 +4,10 @@
 
 use super::GHOST_READ;
 use crate::engine::Engine;
-use reaper_core::ghost::{self, GhostRow, IdSet};
+use reaper_core::ghost::{self, GhostRow};
 use reaper_core::order::KillOrder;
 use reaper_core::ports::PortErrorKind;
+use reaper_core::IdSet;
 use reaper_core::{DsLine, Instant, RegistryView};
 use std::collections::BTreeMap;
 
@@ -52,7 +53,6 @@ impl Engine {
         drop(view);
         let rest: Vec<i64> = ids
             .iter()
-            .copied()
             .filter(|i| !rows.contains_key(i) && !live.contains(i))
             .collect();
         let found = if rest.is_empty() {

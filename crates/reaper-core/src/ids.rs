@@ -1,15 +1,16 @@
-//! A set of task ids as one sorted vector: the ghost step builds and probes
-//! sets of every listed task (40,000 ids with 2,000 agents) each sweep, where
-//! a tree or a hashed set costs a node or a hash per id and a sorted vector
-//! costs one sort and a binary search.
+//! A set of ids as one sorted slice: the SQL cursor tracks every live task
+//! id between sweeps (100,000 of them) and the ghost step builds and probes
+//! sets of every listed task (40,000 with 2,000 agents) each sweep, where a
+//! tree or a hashed set costs a node or a hash per id and a sorted slice
+//! costs one sort and a binary search. Boxed: no spare capacity is held.
 
-/// Task ids, sorted and without duplicates.
+/// Ids, sorted and without duplicates.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct IdSet(Vec<i64>);
+pub struct IdSet(Box<[i64]>);
 
 impl IdSet {
     pub fn new() -> Self {
-        IdSet(Vec::new())
+        IdSet::default()
     }
 
     pub fn contains(&self, id: &i64) -> bool {
@@ -24,8 +25,8 @@ impl IdSet {
         self.0.is_empty()
     }
 
-    pub fn iter(&self) -> std::slice::Iter<'_, i64> {
-        self.0.iter()
+    pub fn iter(&self) -> impl Iterator<Item = i64> + '_ {
+        self.0.iter().copied()
     }
 
     pub fn as_slice(&self) -> &[i64] {
@@ -34,15 +35,22 @@ impl IdSet {
 
     /// Keeps the ids `keep` says yes to.
     pub fn retain(&mut self, keep: impl FnMut(&i64) -> bool) {
-        self.0.retain(keep);
+        let mut v = std::mem::take(&mut self.0).into_vec();
+        v.retain(keep);
+        self.0 = v.into_boxed_slice();
+    }
+
+    pub fn into_vec(self) -> Vec<i64> {
+        self.0.into_vec()
     }
 }
 
 impl From<Vec<i64>> for IdSet {
+    /// Sorted and deduplicated in place: no second buffer.
     fn from(mut ids: Vec<i64>) -> Self {
         ids.sort_unstable();
         ids.dedup();
-        IdSet(ids)
+        IdSet(ids.into_boxed_slice())
     }
 }
 
@@ -55,14 +63,6 @@ impl FromIterator<i64> for IdSet {
 impl<const N: usize> From<[i64; N]> for IdSet {
     fn from(ids: [i64; N]) -> Self {
         IdSet::from(ids.to_vec())
-    }
-}
-
-impl<'a> IntoIterator for &'a IdSet {
-    type Item = &'a i64;
-    type IntoIter = std::slice::Iter<'a, i64>;
-    fn into_iter(self) -> Self::IntoIter {
-        self.0.iter()
     }
 }
 
@@ -79,6 +79,7 @@ mod tests {
         assert!(!s.contains(&6));
         assert_eq!(s.len(), 3);
         assert!(IdSet::new().is_empty());
+        assert_eq!(s.iter().collect::<Vec<_>>(), vec![1, 3, 5]);
     }
 
     #[test]
