@@ -12,9 +12,8 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use zk_setup::*;
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
+fn median(v: Vec<Duration>) -> Duration {
+    reaper_test_support::median(&v).unwrap_or_default()
 }
 
 fn ms(d: Duration) -> String {

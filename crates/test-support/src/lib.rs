@@ -11,7 +11,8 @@
 //!   condition with a generous deadline and say what was awaited (and the
 //!   last view) when it passes. A fixed wait belongs only in a named
 //!   "nothing happens" hold ([`hold`]).
-//! - [`utc`]: the zone every adapter's test settings use.
+//! - [`utc`]: the zone every adapter's test settings use; [`median`]: the
+//!   benchmarks' middle sample.
 
 use ds_sim::db::{server_url, SimKind};
 use reaper_core::RegistryView;
@@ -204,9 +205,24 @@ pub async fn hold(_what: &str, d: Duration) {
     tokio::time::sleep(d).await;
 }
 
+/// The benchmarks' median: the middle sample (the upper one of an even
+/// count); None without samples.
+pub fn median<T: Copy + PartialOrd>(samples: &[T]) -> Option<T> {
+    let mut v = samples.to_vec();
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    v.get(v.len() / 2).copied()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn median_is_the_middle_sample() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4, 1, 3, 2]), Some(3));
+        assert_eq!(median::<u32>(&[]), None);
+    }
 
     #[test]
     fn unique_names_differ() {

@@ -63,19 +63,6 @@ fn logged_sweeps(log: &str, from: usize) -> (Vec<f64>, String) {
     (sweeps, means)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 /// CPU time the process has used, in ms.
 fn cpu_ms(pid: u32) -> anyhow::Result<f64> {
     let (ticks, _, _) = ds_sim::procs::proc_sample(pid)?;
@@ -126,7 +113,7 @@ async fn measure(d: &Daemon, n: u32) -> anyhow::Result<Window> {
         "the daemon logged no sweep at debug (RUST_LOG=info,reaper::engine::sweep=debug)"
     );
     Ok(Window {
-        median_ms: median(logged),
+        median_ms: reaper_test_support::median(&logged).unwrap_or(f64::NAN),
         sweep_ms: (sum1 - sum0) * 1000.0 / sweeps,
         cpu_ms: (cpu1 - cpu0) / sweeps,
         steps,

@@ -38,7 +38,9 @@ impl Engine {
     ) -> Option<Listed> {
         let view = self.registry.view();
         let stale_after = self.settings.reconcile.agent_stale_after;
-        let ids = ghost::listed_ids(&view, self.now(), stale_after);
+        // one instant for both looks at the agents' freshness
+        let now = self.now();
+        let ids = ghost::listed_ids(&view, now, stale_after);
         let orders = self.read_orders(view.agents.is_empty()).await;
         if ids.is_empty() {
             drop(view);
@@ -49,7 +51,7 @@ impl Engine {
                 orders,
             });
         }
-        let (mut rows, live) = rows_among_candidates(&view, candidates, self.now(), stale_after);
+        let (mut rows, live) = rows_among_candidates(&view, candidates, now, stale_after);
         drop(view);
         let rest: Vec<i64> = ids
             .iter()
