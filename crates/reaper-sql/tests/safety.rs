@@ -664,6 +664,51 @@ tests! { undecodable_row:
     undecodable_row_pg_3_3_2: SimKind::Postgres, "3.3.2";
 }
 
+/// MariaDB under a lax `sql_mode` holds the all-zero date, which every read
+/// gives as NULL; the write's locking read (plain text, no parameters) must
+/// agree, or such a zombie would lose every race and never be written.
+#[tokio::test]
+async fn zero_submit_time_is_written_mysql() {
+    let Some(sim) = setup(SimKind::MySql, "3.2.2").await else {
+        return;
+    };
+    let line = sim.line;
+    let db = connect(&sim, Duration::from_secs(30));
+    let wf = sim.insert_workflow(&WorkflowSpec::default()).await.unwrap();
+    let zero = sim
+        .insert_task(&TaskSpec::new(wf, 1, Some("10.0.0.5:1234")))
+        .await
+        .unwrap();
+    let plain = sim
+        .insert_task(&TaskSpec::new(wf, 1, Some("10.0.0.5:1234")))
+        .await
+        .unwrap();
+    sim.exec(&format!(
+        "SET SESSION sql_mode = ''; \
+         UPDATE t_ds_task_instance SET submit_time = '0000-00-00 00:00:00' WHERE id = {zero}"
+    ))
+    .await
+    .unwrap();
+    let seen = db.task(line, zero).await.unwrap().unwrap().task;
+    assert_eq!(seen.submit_time, None, "the all-zero date reads as NULL");
+    let other = db.task(line, plain).await.unwrap().unwrap().task;
+    let writes: Vec<TaskWrite> = [seen, other]
+        .into_iter()
+        .map(|t| TaskWrite {
+            seen: t,
+            action: Action::Fail,
+            now: now(),
+        })
+        .collect();
+    assert_eq!(
+        db.write_tasks(line, &writes).await.unwrap(),
+        vec![WriteOutcome::Applied, WriteOutcome::Applied]
+    );
+    assert_eq!(sim.task_state(zero).await.unwrap().state, 6);
+    assert_eq!(sim.task_state(plain).await.unwrap().state, 6);
+    sim.drop().await.unwrap();
+}
+
 tests! { blocked_write_times_out:
     blocked_write_times_out_mysql_3_2_2: SimKind::MySql, "3.2.2";
     blocked_write_times_out_mysql_3_3_2: SimKind::MySql, "3.3.2";

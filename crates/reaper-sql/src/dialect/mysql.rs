@@ -3,11 +3,11 @@
 use super::{not_ready, Dialect, RowOf};
 use crate::schema::TASK;
 use crate::sql::{Arg, Sql};
-use crate::write::{push_sets, write_groups};
+use crate::write::write_groups;
 use crate::{SqlError, TaskWrite, WRITE_BATCH};
 use chrono::NaiveDateTime;
 use futures::TryStreamExt;
-use reaper_core::Zone;
+use reaper_core::{Action, Zone};
 use sqlx::mysql::{MySqlArguments, MySqlConnectOptions, MySqlConnection, MySqlRow};
 use sqlx::{Arguments, Connection, Executor, Row, Type, ValueRef};
 use std::collections::{HashMap, HashSet};
@@ -99,6 +99,9 @@ impl Dialect for MySql {
         q: Sql<Self>,
     ) -> Result<Vec<MySqlRow>, sqlx::Error> {
         let (text, args, persistent) = q.into_parts();
+        if args.is_empty() && !persistent {
+            return c.fetch_all(text.as_str()).await;
+        }
         sqlx::query_with(&text, arguments(args)?)
             .persistent(persistent)
             .fetch_all(c)
@@ -121,6 +124,9 @@ impl Dialect for MySql {
 
     async fn execute(c: &mut MySqlConnection, q: Sql<Self>) -> Result<u64, sqlx::Error> {
         let (text, args, persistent) = q.into_parts();
+        if args.is_empty() && !persistent {
+            return Ok(c.execute(text.as_str()).await?.rows_affected());
+        }
         Ok(sqlx::query_with(&text, arguments(args)?)
             .persistent(persistent)
             .execute(c)
@@ -208,9 +214,9 @@ impl Dialect for MySql {
             let ids: Vec<i64> = idx.iter().map(|&k| batch[k].seen.id).collect();
             for ids in ids.chunks(WRITE_BATCH) {
                 let mut q = Sql::<Self>::new(format!("UPDATE {TASK} SET "));
-                push_sets(&mut q, action, code, zone.to_naive(now));
+                push_literal_sets(&mut q, action, code, zone.to_naive(now));
                 q.push(" WHERE id IN (")
-                    .bind_list(ids.iter())
+                    .push_ints(ids.iter().copied())
                     .push(") AND flag = 1");
                 q.one_off();
                 q.execute(&mut *tx).await?;
@@ -225,6 +231,18 @@ impl Dialect for MySql {
 /// (the intents' fsync, normally a few milliseconds) before it lets them go.
 const READY_WHILE_LOCKED: Duration = Duration::from_millis(200);
 
+/// [`crate::write::push_sets`] with its two values as literals (a state code, and a time
+/// formatted here), so that the batch's `UPDATE` has no parameter at all.
+fn push_literal_sets(q: &mut Sql<MySql>, action: Action, code: i32, now: NaiveDateTime) {
+    q.push(&format!("state = {code}"));
+    if action != Action::FaultTolerance {
+        q.push(&format!(
+            ", end_time = '{}'",
+            now.format("%Y-%m-%d %H:%M:%S%.6f")
+        ));
+    }
+}
+
 /// `SELECT … FOR UPDATE` of the batch's rows, in chunks.
 async fn lock_rows(
     c: &mut MySqlConnection,
@@ -235,7 +253,7 @@ async fn lock_rows(
         let mut q = Sql::<MySql>::new(format!(
             "SELECT id, state, flag, host, submit_time FROM {TASK} WHERE id IN ("
         ));
-        q.bind_list(chunk.iter().map(|w| w.seen.id))
+        q.push_ints(chunk.iter().map(|w| w.seen.id))
             .push(") FOR UPDATE");
         // its placeholder count varies with the batch
         q.one_off();
@@ -252,6 +270,21 @@ struct Locked {
     submit: Option<NaiveDateTime>,
 }
 
+/// A time of the locking read, which comes back as text (the statement has
+/// no parameters): the all-zero date, which the binary protocol of every
+/// other read gives as NULL, reads as NULL here too, so that the row
+/// compares equal to what the sweep saw.
+fn locked_time(r: &MySqlRow, i: usize) -> Result<Option<NaiveDateTime>, sqlx::Error> {
+    match r.try_get::<Option<NaiveDateTime>, _>(i) {
+        Ok(t) => Ok(t),
+        // the text as sent, whatever its column type
+        Err(e) => match r.try_get_unchecked::<Option<String>, _>(i) {
+            Ok(Some(s)) if s.starts_with("0000-00-00") => Ok(None),
+            _ => Err(e),
+        },
+    }
+}
+
 fn locked_rows(rows: &[RowOf<MySql>]) -> HashMap<i64, Locked> {
     let mut current = HashMap::new();
     for r in rows {
@@ -263,7 +296,7 @@ fn locked_rows(rows: &[RowOf<MySql>]) -> HashMap<i64, Locked> {
                 state: r.try_get(1)?,
                 flag: r.try_get(2)?,
                 host: text(r, 3)?,
-                submit: r.try_get(4)?,
+                submit: locked_time(r, 4)?,
             })
         })();
         match cur {

@@ -100,8 +100,7 @@ impl Engine {
         }
         self.gate_open(&gate).map_err(NotWritten::Gate)?;
         let now = self.now();
-        let intents = self.intents(items, line, actor, now);
-        let (outcomes, appended) = self.write_behind_audit(items, line, now, intents).await;
+        let (outcomes, appended) = self.write_behind_audit(items, line, actor, now).await;
         let intents = match appended {
             Ok(intents) => intents,
             Err(e) => {
@@ -155,14 +154,15 @@ impl Engine {
             .collect()
     }
 
-    /// The batch's conditional write, made only once `intents` are on disk
-    /// (SPEC §4.7); returns the store's outcomes and the appended intents.
+    /// The batch's conditional write, committed only once its intents are
+    /// on disk (SPEC §4.7); returns the store's outcomes and the appended
+    /// intents.
     async fn write_behind_audit(
         &self,
         items: &[Item<'_>],
         line: DsLine,
+        actor: &str,
         now: Instant,
-        intents: Vec<Record>,
     ) -> (Result<Vec<WriteOutcome>, PortError>, Appended) {
         let writes: Vec<TaskWrite> = items
             .iter()
@@ -172,37 +172,40 @@ impl Engine {
                 now,
             })
             .collect();
-        // The append starts now, on a task of its own, so that what comes
-        // before the store's first change (a connection, a transaction,
-        // MySQL's locking read) overlaps the audit's fsync; the store waits
-        // for it through `before_write` and changes no row before it is done.
+        // The store starts first, on a task of its own: what comes before its
+        // first change (a connection, a transaction, MySQL's locking read)
+        // overlaps building the intents and their fsync. It waits for them
+        // through `before_write` and changes no row before they are on disk.
+        // Dropping the handle (the sweep cancelled) aborts it, rolling back.
         let (tx, mut rx) = tokio::sync::watch::channel(None::<Result<(), String>>);
-        let appending = {
-            let audit = self.audit.clone();
-            tokio::spawn(async move {
-                let r = audit
-                    .append_returning(intents)
-                    .await
-                    .map_err(|e| e.to_string());
-                let _ = tx.send(Some(r.as_ref().map(|_| ()).map_err(Clone::clone)));
-                r
-            })
-        };
         let before_write = Box::pin(async move {
             match rx.wait_for(Option::is_some).await {
                 Ok(r) => r.clone().unwrap_or(Ok(())),
                 Err(_) => Err("the audit append ended without a result".to_string()),
             }
         });
-        let outcomes = self
-            .store
-            .write_tasks_after(line, &writes, before_write)
-            .await;
-        // Whatever the store did, the intents end on file (or failed to)
+        let store = self.store.clone();
+        let writing = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
+            store.write_tasks_after(line, &writes, before_write).await
+        }));
+        // A task spawned here waits in this worker's slot for the next
+        // yield, which building the intents would put off by milliseconds:
+        // yield once so that the store sends its first statement now.
+        tokio::task::yield_now().await;
+        let intents = self.intents(items, line, actor, now);
+        let appended = self
+            .audit
+            .append_returning(intents)
+            .await
+            .map_err(|e| e.to_string());
+        let _ = tx.send(Some(appended.as_ref().map(|_| ()).map_err(Clone::clone)));
+        // Whatever the store did, the intents ended on file (or failed to)
         // before any outcome is recorded.
-        let appended = match appending.await {
+        let outcomes = match writing.await {
             Ok(r) => r,
-            Err(e) => Err(format!("the audit append failed: {e}")),
+            Err(e) => Err(PortError::unavailable(format!(
+                "the task write failed: {e}"
+            ))),
         };
         (outcomes, appended)
     }

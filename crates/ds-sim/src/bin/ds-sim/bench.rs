@@ -89,7 +89,7 @@ pub async fn reap(reaper: Option<PathBuf>, n: u64) -> Result<()> {
 /// Rounds of each side of the reap benchmark: the raw UPDATE and the daemon
 /// are each measured this many times and each side's best counts, so that
 /// neither figure is one noisy sample against the other's best.
-const REAP_ROUNDS: usize = 3;
+const REAP_ROUNDS: usize = 5;
 
 /// (first intent, first done, last done, done records) of the tasks `a..=b`
 /// in an audit trail.
@@ -132,7 +132,13 @@ fn ms(d: chrono::Duration) -> f64 {
 async fn reap_body(bin: &Path, db: &SimDb, zk: &str, root: &str, dir: &Path, n: u64) -> Result<()> {
     let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
     // One set of n zombies-to-be per round, each on a worker of its own.
-    let hosts = ["10.0.0.11:1234", "10.0.0.14:1234", "10.0.0.15:1234"];
+    let hosts = [
+        "10.0.0.11:1234",
+        "10.0.0.14:1234",
+        "10.0.0.15:1234",
+        "10.0.0.16:1234",
+        "10.0.0.17:1234",
+    ];
     let mut sets = Vec::new();
     for h in &hosts[..REAP_ROUNDS] {
         sets.push(db.bulk_fill(wf, n, 1, h).await?);
