@@ -45,10 +45,34 @@ run() {
   return 1
 }
 result() { awk -v k="$2" '$1 == "RESULT" && $2 == k { print $3 }' "$LOG_DIR/$1.log" | tail -n1; }
+# idle_pct SECONDS: the CPUs' idle share over the next SECONDS, in percent
+idle_pct() {
+  local a b
+  read -r -a a < /proc/stat; sleep "$1"; read -r -a b < /proc/stat
+  awk -v u1="${a[1]}" -v n1="${a[2]}" -v s1="${a[3]}" -v i1="${a[4]}" -v w1="${a[5]}" -v q1="${a[6]}" -v x1="${a[7]}" -v t1="${a[8]}" \
+      -v u2="${b[1]}" -v n2="${b[2]}" -v s2="${b[3]}" -v i2="${b[4]}" -v w2="${b[5]}" -v q2="${b[6]}" -v x2="${b[7]}" -v t2="${b[8]}" \
+      'BEGIN { tot = (u2+n2+s2+i2+w2+q2+x2+t2) - (u1+n1+s1+i1+w1+q1+x1+t1);
+               printf "%.0f", ((tot > 0) ? 100 * ((i2+w2) - (i1+w1)) / tot : 100) }'
+}
+# quiet: before a part whose figure is a time on these two cores, waits (2 min
+# at most) for a 5 s window in which they are >= 90 % idle, so that what the
+# part before left running (a database flushing millions of rows, a JVM's
+# collector) is not measured with it
+quiet() {
+  local t0=$SECONDS idle
+  for _ in $(seq 24); do
+    idle=$(idle_pct 5)
+    if (( idle >= 90 )); then say "quiet after $((SECONDS - t0)) s ($idle % idle)"; return 0; fi
+  done
+  say "still busy after $((SECONDS - t0)) s ($idle % idle): measuring anyway"
+}
 
 say "building release binaries, and ds-reaper as shipped (the dist profile of the packages and the image)"
 cargo build --release -q -p reaper -p ds-sim
 cargo build --profile dist -q -p reaper --bin ds-reaper
+# and everything a part runs, so that no part times a compile's tail
+cargo build --release -q -p reaper-agent --example scan_bench
+cargo test --release -q --no-run -p reaper-e2e -p reaper-etcd -p reaper-jdbc 2>/dev/null
 
 # 1. core planner -------------------------------------------------------------
 crit=()
@@ -159,6 +183,7 @@ if [[ -f scripts/bench/idle.sh ]]; then
 fi
 
 # 4. reap throughput -------------------------------------------------------------
+quiet
 if run reap "$target/ds-sim" bench-reap --reaper "$target/ds-reaper" --zombies 2000; then
   raw=$(result reap reap_raw_update_ms)
   dsec=$(result reap reap_daemon_s)
@@ -178,6 +203,7 @@ fi
 secs=300; full=2m; [[ "$QUICK" == 1 ]] && { secs=100; full=1m; }
 # The daemon measured is the shipped binary (dist profile: fat LTO, one codegen unit).
 dist=$(dirname "$target")/dist
+quiet
 if run steady "$target/ds-sim" bench-steady --reaper "$dist/ds-reaper" --workers 2000 --rows 100000 \
   --seconds "$secs" --sweep-interval 30s --full-scan-interval "$full"; then
   hwm=$(result steady steady_rss_hwm_mib); cpu=$(result steady steady_cpu_percent)
@@ -191,6 +217,7 @@ else
 fi
 
 # 6. etcd registry: node removal -> view update ----------------------------------
+quiet
 if run etcd_latency cargo test --release -q -p reaper-etcd --test bench_latency -- --ignored --nocapture --test-threads=1; then
   row "etcd: node removal -> view update (median of 20)" "$(result etcd_latency etcd_removal_to_view_median_ms) ms" "(figure)" "-"
 else
@@ -198,6 +225,7 @@ else
 fi
 
 # 7. the worker-host agent: scan cost, footprint, detection latency ------------------
+quiet
 if run agent_scan cargo run --release -q -p reaper-agent --example scan_bench; then
   row "agent: one scan of ~2,000 processes (real /proc): median / CPU" \
     "$(result agent_scan agent_scan_median_ms) ms / $(result agent_scan agent_scan_cpu_ms) ms" "<= 50 ms" \
@@ -207,6 +235,7 @@ if run agent_scan cargo run --release -q -p reaper-agent --example scan_bench; t
 else
   row "agent: scan cost and RSS" "-" "" "FAILED"
 fi
+quiet
 if run agent_latency cargo test --release -q -p reaper-e2e bench_process_exit_to_failure -- --ignored --nocapture; then
   row "agent: process exit -> row FAILURE (process_gone_after 5s, scan 1s, sweep 1s; median / max of 5)" \
     "$(result agent_latency agent_detect_median_s) s / $(result agent_latency agent_detect_max_s) s" "<= 7 s" \
@@ -218,6 +247,7 @@ fi
 # 7b. ghost detection (SPEC §15): a sweep with 2,000 agents x 20 listed tasks vs none ---
 # the daemon measured is the release binary built above (the e2e helpers default to the debug one),
 # by an absolute path: cargo runs the test from its own crate directory
+quiet
 if run ghost_sweep env DS_REAPER_BIN="$(realpath "$target/ds-reaper")" cargo test --release -q -p reaper-e2e bench_ghost_sweep -- --ignored --nocapture; then
   row "ghosts: sweep, 2,000 agents x 20 listed tasks vs no agents (40,000 rows; median with / without)" \
     "$(result ghost_sweep ghost_sweep_ratio)x ($(result ghost_sweep ghost_sweep_with_ms) / $(result ghost_sweep ghost_sweep_without_ms) ms)" \
@@ -231,6 +261,7 @@ else
 fi
 
 # 8. DS's JDBC registry: removal -> view, one poll with 2,000 workers ----------------
+quiet
 if run jdbc_bench cargo test --release -q -p reaper-jdbc --test bench -- --ignored --nocapture --test-threads=1; then
   # cargo -q prints a test's progress dot in front of the next line: strip it
   while read -r line; do

@@ -706,6 +706,13 @@ async fn zero_submit_time_is_written_mysql() {
     );
     assert_eq!(sim.task_state(zero).await.unwrap().state, 6);
     assert_eq!(sim.task_state(plain).await.unwrap().state, 6);
+    // an id-set read (plain text as well) agrees
+    let g = db.ghost_rows(line, &[zero, plain]).await.unwrap();
+    assert!(g.undecodable.is_empty(), "{:?}", g.undecodable);
+    assert_eq!(g.rows.len(), 2);
+    let z = g.rows.iter().find(|r| r.task.id == zero).unwrap();
+    assert_eq!(z.task.submit_time, None);
+    assert!(z.end_time.is_some(), "the write's end time reads back");
     sim.drop().await.unwrap();
 }
 
