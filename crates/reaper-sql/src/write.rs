@@ -10,12 +10,17 @@ use chrono::NaiveDateTime;
 use reaper_core::{Action, DsLine, FollowUp, Instant};
 use std::collections::HashMap;
 
-/// The `SET` list of a task write: the target state and, except for
-/// fault-tolerance (which leaves `end_time` to DS's recovery), `end_time`.
+/// The `end_time` a task write sets beside its target state: none for
+/// fault-tolerance, which leaves it to DS's recovery.
+pub(crate) fn end_time_of(action: Action, now: NaiveDateTime) -> Option<NaiveDateTime> {
+    (action != Action::FaultTolerance).then_some(now)
+}
+
+/// The `SET` list of a task write, its values bound.
 pub(crate) fn push_sets<D: Dialect>(q: &mut Sql<D>, action: Action, code: i32, now: NaiveDateTime) {
     q.push("state = ").bind(code);
-    if action != Action::FaultTolerance {
-        q.push(", end_time = ").bind(now);
+    if let Some(end) = end_time_of(action, now) {
+        q.push(", end_time = ").bind(end);
     }
 }
 

@@ -85,6 +85,22 @@ struct Window {
     steps: String,
 }
 
+/// Runs `op` for every agent, with 200 requests in flight at a time.
+async fn each_agent<F, Fut>(op: F) -> Result<(), zk::Error>
+where
+    F: Fn(i64) -> Fut,
+    Fut: std::future::Future<Output = Result<(), zk::Error>>,
+{
+    let all: Vec<i64> = (0..WORKERS).collect();
+    for chunk in all.chunks(200) {
+        let futs: Vec<_> = chunk.iter().map(|&i| op(i)).collect();
+        for f in futs {
+            f.await?;
+        }
+    }
+    Ok(())
+}
+
 /// Lets what the set-up just did on the daemon's two cores die down before a
 /// window is timed: the 2,000 registrations and the table's updates before
 /// the first, 2,000 report rewrites every 5 s (ZooKeeper's log, its JVM's
@@ -222,41 +238,27 @@ async fn bench_ghost_sweep() -> anyhow::Result<()> {
             .collect(),
         orders: Vec::new(),
     };
-    let all: Vec<i64> = (0..WORKERS).collect();
-    for chunk in all.chunks(200) {
-        let futs: Vec<_> = chunk
-            .iter()
-            .map(|&i| {
-                let path = format!("{dir}/{}", worker(i));
-                let data = report(i, 1).to_json();
-                let (client, ephemeral) = (&client, &ephemeral);
-                async move { client.create(&path, &data, ephemeral).await }
-            })
-            .collect();
-        for f in futs {
-            f.await?;
-        }
-    }
+    each_agent(|i| {
+        let path = format!("{dir}/{}", worker(i));
+        let data = report(i, 1).to_json();
+        let (client, ephemeral) = (&client, &ephemeral);
+        async move { client.create(&path, &data, ephemeral).await.map(drop) }
+    })
+    .await?;
     // each agent rewrites its report every 5 s (its scan), as real ones do
     let rewrites = {
         let (client, dir) = (client.clone(), dir.clone());
         tokio::spawn(async move {
             for seq in 2.. {
                 tokio::time::sleep(Duration::from_secs(5)).await;
-                for chunk in all.chunks(200) {
-                    let futs: Vec<_> = chunk
-                        .iter()
-                        .map(|&i| {
-                            let path = format!("{dir}/{}", worker(i));
-                            let data = report(i, seq).to_json();
-                            let client = &client;
-                            async move { client.set_data(&path, &data, None).await }
-                        })
-                        .collect();
-                    for f in futs {
-                        let _ = f.await;
-                    }
-                }
+                // a rewrite that fails is the next one's to do
+                let _ = each_agent(|i| {
+                    let path = format!("{dir}/{}", worker(i));
+                    let data = report(i, seq).to_json();
+                    let client = &client;
+                    async move { client.set_data(&path, &data, None).await.map(drop) }
+                })
+                .await;
             }
         })
     };
@@ -276,19 +278,12 @@ async fn bench_ghost_sweep() -> anyhow::Result<()> {
     // The agents go again, and the sweeps without them are timed once more:
     // the baseline is the mean of the windows before and after, so that a
     // machine that got slower or faster meanwhile moves both sides alike.
-    for chunk in (0..WORKERS).collect::<Vec<_>>().chunks(200) {
-        let futs: Vec<_> = chunk
-            .iter()
-            .map(|&i| {
-                let path = format!("{dir}/{}", worker(i));
-                let client = &client;
-                async move { client.delete(&path, None).await }
-            })
-            .collect();
-        for f in futs {
-            f.await?;
-        }
-    }
+    each_agent(|i| {
+        let path = format!("{dir}/{}", worker(i));
+        let client = &client;
+        async move { client.delete(&path, None).await }
+    })
+    .await?;
     d.wait_metric("ds_reaper_ghosts", |v| v == 0.0).await?;
     d.wait_sweeps(2).await?;
     settle().await;

@@ -3,7 +3,7 @@
 use super::{not_ready, Dialect, RowOf};
 use crate::schema::TASK;
 use crate::sql::{Arg, Sql};
-use crate::write::write_groups;
+use crate::write::{end_time_of, write_groups};
 use crate::{SqlError, TaskWrite, WRITE_BATCH};
 use chrono::NaiveDateTime;
 use futures::TryStreamExt;
@@ -241,10 +241,10 @@ const READY_WHILE_LOCKED: Duration = Duration::from_millis(200);
 /// formatted here), so that the batch's `UPDATE` has no parameter at all.
 fn push_literal_sets(q: &mut Sql<MySql>, action: Action, code: i32, now: NaiveDateTime) {
     q.push(&format!("state = {code}"));
-    if action != Action::FaultTolerance {
+    if let Some(end) = end_time_of(action, now) {
         q.push(&format!(
             ", end_time = '{}'",
-            now.format("%Y-%m-%d %H:%M:%S%.6f")
+            end.format("%Y-%m-%d %H:%M:%S%.6f")
         ));
     }
 }

@@ -177,12 +177,10 @@ impl Engine {
         // overlaps building the intents and their fsync. It waits for them
         // through `before_write` and changes no row before they are on disk.
         // Dropping the handle (the sweep cancelled) aborts it, rolling back.
-        let (tx, mut rx) = tokio::sync::watch::channel(None::<Result<(), String>>);
+        let (tx, rx) = tokio::sync::oneshot::channel::<Result<(), String>>();
         let before_write = Box::pin(async move {
-            match rx.wait_for(Option::is_some).await {
-                Ok(r) => r.clone().unwrap_or(Ok(())),
-                Err(_) => Err("the audit append ended without a result".to_string()),
-            }
+            rx.await
+                .unwrap_or_else(|_| Err("the audit append ended without a result".to_string()))
         });
         let store = self.store.clone();
         let writing = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
@@ -198,7 +196,7 @@ impl Engine {
             .append_returning(intents)
             .await
             .map_err(|e| e.to_string());
-        let _ = tx.send(Some(appended.as_ref().map(|_| ()).map_err(Clone::clone)));
+        let _ = tx.send(appended.as_ref().map(|_| ()).map_err(Clone::clone));
         // Whatever the store did, the intents ended on file (or failed to)
         // before any outcome is recorded.
         let outcomes = match writing.await {
