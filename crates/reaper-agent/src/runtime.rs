@@ -375,6 +375,8 @@ async fn scan_once(
 /// knows its worker.
 async fn report(shared: &Shared, worker: Option<String>, seq: u64, exec_base: &str, scan: Scan) {
     let report = AgentReport {
+        tty_tasks: 0,
+        app_id_sources: None,
         worker: worker.clone().unwrap_or_default(),
         agent_version: env!("CARGO_PKG_VERSION").to_string(),
         seq,

@@ -378,6 +378,7 @@ fn agent_tasks(tasks: BTreeMap<i64, (i64, Vec<AgentProcess>)>) -> Vec<AgentTask>
         .map(|(task_id, (wf, mut processes))| {
             processes.sort_by_key(|p| p.pid);
             AgentTask {
+                lineage: None,
                 task_id,
                 workflow_instance_id: wf,
                 pids: processes.iter().map(|p| p.pid).collect(),

@@ -20,6 +20,34 @@ pub struct AgentTask {
     /// older agents send none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub app_ids: Vec<String>,
+    /// Whose process tree this is (SPEC §12): descended from the agent's
+    /// worker JVM, or an orphan. Older agents send none, which never counts
+    /// as `own`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lineage: Option<Lineage>,
+}
+
+/// Where a listed task's process tree comes from (SPEC §12). Several
+/// workers may share a host and its `exec_base`: only `Own` says the tree
+/// is this agent's worker's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Lineage {
+    /// Descends from this agent's worker JVM (directly or through `sudo`),
+    /// or did when the agent first saw it.
+    Own,
+    /// Its ancestry ends at pid 1, a subreaper or outside the agent's PID
+    /// namespace, and the agent never saw it under a JVM.
+    Orphan,
+}
+
+impl Lineage {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Lineage::Own => "own",
+            Lineage::Orphan => "orphan",
+        }
+    }
 }
 
 /// One process of a task as the agent saw it.
@@ -51,6 +79,15 @@ pub struct AgentReport {
     /// folder is missing, the worker's JVM is not visible): it proves nothing.
     #[serde(default)]
     pub blind: Option<String>,
+    /// Listed tasks all of whose processes have a controlling terminal
+    /// (SPEC §12: sudo's `use_pty`); such tasks are never ghosts.
+    #[serde(default)]
+    pub tty_tasks: u64,
+    /// The YARN application-id sources the agent can read for its line
+    /// (SPEC §17: `appinfo`, `task_log`); None from older agents, which
+    /// did not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_id_sources: Option<Vec<String>>,
     pub tasks: Vec<AgentTask>,
     /// What the agent did with the daemon's kill orders since its previous
     /// report (SPEC §15); older agents send none.
@@ -261,6 +298,8 @@ mod tests {
     fn freshness() {
         let t = |s: i64| chrono::DateTime::from_timestamp(1_700_000_000 + s, 0).unwrap();
         let report = AgentReport {
+            tty_tasks: 0,
+            app_id_sources: None,
             worker: "w".into(),
             agent_version: "x".into(),
             seq: 1,
@@ -285,6 +324,8 @@ mod tests {
         assert!(!seen.fresh(t(36), stale));
         let denied = AgentSeen {
             report: Some(AgentReport {
+                tty_tasks: 0,
+                app_id_sources: None,
                 unreadable: 1,
                 orders: Vec::new(),
                 blind: None,

@@ -79,9 +79,11 @@ pub type GhostMemory = BTreeMap<(String, i64), Track>;
 #[serde(rename_all = "snake_case")]
 pub enum Over {
     /// A terminal state of the line.
+    #[serde(rename = "terminal_state")]
     Terminal,
     NeedFaultTolerance,
     /// `flag = 0`: a newer attempt exists.
+    #[serde(rename = "flag_0")]
     Superseded,
     /// The row names another host.
     OtherHost,

@@ -32,6 +32,8 @@ async fn worker(eps: &[String], host: &str) -> EtcdSimServer {
 
 fn report(worker: &str) -> AgentReport {
     AgentReport {
+        tty_tasks: 0,
+        app_id_sources: None,
         worker: worker.into(),
         agent_version: "test".into(),
         seq: 1,

@@ -247,6 +247,8 @@ async fn a_compaction_between_the_read_and_the_watch_forces_a_fresh_read() {
 
 fn report(worker: &str, seq: u64) -> AgentReport {
     AgentReport {
+        tty_tasks: 0,
+        app_id_sources: None,
         worker: worker.into(),
         agent_version: "test".into(),
         seq,

@@ -582,6 +582,8 @@ async fn agents_are_read_into_the_view() {
     let client = zookeeper_client::Client::connect(&zk).await.unwrap();
     let report = |tasks: &[i64], seq: u64| {
         reaper_core::agent::AgentReport {
+            tty_tasks: 0,
+            app_id_sources: None,
             worker: "10.0.0.5:1234".into(),
             agent_version: "test".into(),
             seq,
@@ -594,6 +596,7 @@ async fn agents_are_read_into_the_view() {
             tasks: tasks
                 .iter()
                 .map(|&task_id| reaper_core::agent::AgentTask {
+                    lineage: None,
                     task_id,
                     workflow_instance_id: 1,
                     pids: vec![42],

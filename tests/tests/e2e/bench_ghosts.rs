@@ -210,6 +210,8 @@ async fn bench_ghost_sweep() -> anyhow::Result<()> {
     let started = chrono::DateTime::parse_from_rfc3339("2024-01-01T00:00:02Z")?.timestamp_millis();
     let first_id = first;
     let report = move |i: i64, seq: u64| AgentReport {
+        tty_tasks: 0,
+        app_id_sources: None,
         worker: worker(i),
         agent_version: "bench".into(),
         seq,
@@ -223,6 +225,7 @@ async fn bench_ghost_sweep() -> anyhow::Result<()> {
                 let id = first_id + i * PER_WORKER + k;
                 let pid = (100_000 + i * PER_WORKER + k) as i32;
                 AgentTask {
+                    lineage: None,
                     app_ids: vec![],
                     task_id: id,
                     workflow_instance_id: wf,

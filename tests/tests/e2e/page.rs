@@ -117,6 +117,8 @@ fn target_dir() -> PathBuf {
 fn report(worker: &str, seq: u64, tasks: &[(i64, i64)]) -> Vec<u8> {
     let now = chrono::Utc::now().timestamp_millis();
     AgentReport {
+        tty_tasks: 0,
+        app_id_sources: None,
         worker: worker.into(),
         agent_version: "e2e".into(),
         seq,
@@ -129,6 +131,7 @@ fn report(worker: &str, seq: u64, tasks: &[(i64, i64)]) -> Vec<u8> {
         tasks: tasks
             .iter()
             .map(|&(task_id, workflow_instance_id)| AgentTask {
+                lineage: None,
                 task_id,
                 workflow_instance_id,
                 pids: vec![4242],

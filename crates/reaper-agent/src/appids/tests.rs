@@ -177,6 +177,7 @@ impl Host {
 
 fn listed(task_id: i64, wf: i64, started_at: i64) -> Vec<AgentTask> {
     vec![AgentTask {
+        lineage: None,
         task_id,
         workflow_instance_id: wf,
         pids: vec![1],

@@ -52,6 +52,7 @@ fn at(ticks: u64) -> i64 {
 
 fn task(task_id: i64, wf: i64, pids: &[i32], started_at: i64) -> AgentTask {
     AgentTask {
+        lineage: None,
         task_id,
         workflow_instance_id: wf,
         pids: pids.to_vec(),
@@ -66,6 +67,7 @@ fn bare(tasks: &[AgentTask]) -> Vec<AgentTask> {
     tasks
         .iter()
         .map(|t| AgentTask {
+            lineage: None,
             processes: vec![],
             ..t.clone()
         })

@@ -345,6 +345,8 @@ fn on_1x_the_task_is_known_by_its_name() {
 
 fn agent(worker: &str, tasks: &[(i64, i64)], at: i64) -> AgentSeen {
     let report = AgentReport {
+        tty_tasks: 0,
+        app_id_sources: None,
         worker: worker.into(),
         agent_version: "t".into(),
         seq: 1,
@@ -356,6 +358,7 @@ fn agent(worker: &str, tasks: &[(i64, i64)], at: i64) -> AgentSeen {
         tasks: tasks
             .iter()
             .map(|(id, wf)| AgentTask {
+                lineage: None,
                 task_id: *id,
                 workflow_instance_id: *wf,
                 pids: vec![100],

@@ -52,6 +52,8 @@ fn proc_(pid: i32, started: i64, tty: bool) -> AgentProcess {
 fn send(v: &mut RegistryView, at: i64, tasks: &[(i64, Vec<AgentProcess>)]) {
     let prev = v.agents.get(W1).cloned();
     let report = AgentReport {
+        tty_tasks: 0,
+        app_id_sources: None,
         worker: W1.into(),
         agent_version: "test".into(),
         seq: at as u64,
@@ -63,6 +65,7 @@ fn send(v: &mut RegistryView, at: i64, tasks: &[(i64, Vec<AgentProcess>)]) {
         tasks: tasks
             .iter()
             .map(|(id, procs)| AgentTask {
+                lineage: None,
                 app_ids: vec![],
                 task_id: *id,
                 workflow_instance_id: 9,

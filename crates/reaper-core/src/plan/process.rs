@@ -40,6 +40,8 @@ fn view() -> RegistryView {
 
 fn report(scan_started: i64, tasks: &[i64], unreadable: u64) -> AgentReport {
     AgentReport {
+        tty_tasks: 0,
+        app_id_sources: None,
         worker: "w1:1234".into(),
         agent_version: "test".into(),
         seq: 1,
@@ -52,6 +54,7 @@ fn report(scan_started: i64, tasks: &[i64], unreadable: u64) -> AgentReport {
         tasks: tasks
             .iter()
             .map(|&id| AgentTask {
+                lineage: None,
                 task_id: id,
                 workflow_instance_id: 9,
                 pids: vec![100],

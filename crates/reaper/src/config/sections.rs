@@ -205,6 +205,10 @@ pub struct Reconcile {
     /// under a live master are `dispatch_stalled`; also the serial wait's bound.
     #[serde(with = "values::period")]
     pub dispatch_stall_after: Duration,
+    /// SPEC §16 `logic_task_overdue`: how long past its own timeout (or, with
+    /// none, at all) a logic task may stay live under a live master.
+    #[serde(with = "values::period")]
+    pub logic_task_stall_after: Duration,
 }
 
 impl Default for Reconcile {
@@ -229,6 +233,7 @@ impl Default for Reconcile {
             workflow_stall_after: secs(1800),
             ghost_after: secs(120),
             dispatch_stall_after: secs(1800),
+            logic_task_stall_after: secs(24 * 3600),
         }
     }
 }
@@ -324,6 +329,8 @@ pub struct RuleEntry {
     pub task_type: Option<String>,
     pub project_code: Option<i64>,
     pub owner_master: Option<OwnerMaster>,
+    /// `ghost_process` rules only (SPEC §15): the ghost kinds the rule matches.
+    pub over: Option<Vec<reaper_core::ghost::Over>>,
     pub action: Option<RuleAction>,
     pub workflow: Option<FollowUp>,
 }
@@ -388,6 +395,9 @@ pub struct Agent {
     pub task_log_base: Option<PathBuf>,
     #[serde(with = "values::period")]
     pub scan_interval: Duration,
+    /// SPEC §12: the deadline for one scan's reads; None: `scan_interval`.
+    #[serde(with = "values::blank_period")]
+    pub scan_timeout: Option<Duration>,
     /// Under the registry root.
     #[serde(deserialize_with = "values::relative_registry_path")]
     pub path: String,
@@ -430,6 +440,7 @@ impl Default for Agent {
             process_dir: None,
             task_log_base: None,
             scan_interval: secs(10),
+            scan_timeout: None,
             path: "ds-reaper/agents".into(),
             listen: addr("127.0.0.1:9478"),
             allow_kill: false,

@@ -659,3 +659,52 @@ action = "kill"
     // reporting them is fine
     load_text("[registry]\ntype = \"jdbc\"\n[policy]\nghost_process = \"report\"\n").unwrap();
 }
+
+#[test]
+fn safety_iv_keys_are_read_typed_and_validated() {
+    let s = load_text(
+        r#"
+[jdbc_registry]
+outage_hold = "10m"
+[reconcile]
+logic_task_stall_after = "6h"
+[agent]
+scan_timeout = "4s"
+[yarn]
+sweep_budget = "8s"
+require_ids = false
+[[policy.rules]]
+reason = "ghost_process"
+over = ["terminal_state", "flag_0"]
+action = "kill"
+"#,
+    )
+    .unwrap();
+    assert_eq!(s.jdbc_registry.outage_hold, Duration::from_secs(600));
+    assert_eq!(
+        s.reconcile.logic_task_stall_after,
+        Duration::from_secs(6 * 3600)
+    );
+    assert_eq!(s.agent.scan_timeout, Some(Duration::from_secs(4)));
+    assert_eq!(s.yarn.sweep_budget, Some(Duration::from_secs(8)));
+    assert!(!s.yarn.require_ids);
+    use reaper_core::ghost::Over;
+    assert_eq!(
+        s.policy.rules[0].over.as_deref(),
+        Some(&[Over::Terminal, Over::Superseded][..])
+    );
+    // empty means unset; defaults as the SPEC gives them
+    let d = load_text("[agent]\nscan_timeout = \"\"\n[yarn]\nsweep_budget = \"\"\n").unwrap();
+    assert_eq!((d.agent.scan_timeout, d.yarn.sweep_budget), (None, None));
+    assert!(d.yarn.require_ids);
+    assert_eq!(d.jdbc_registry.outage_hold, Duration::from_secs(1800));
+    // a kind the SPEC does not name, and a period under a second, are errors naming the key
+    let e = load_text("[[policy.rules]]\nreason = \"ghost_process\"\nover = [\"finished\"]\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("over"), "{e}");
+    let e = load_text("[agent]\nscan_timeout = \"10ms\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("agent.scan_timeout"), "{e}");
+}

@@ -61,6 +61,33 @@ pub mod period {
     }
 }
 
+/// A period (at least a second) or `""` for unset (`scan_timeout = ""`).
+pub mod blank_period {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(v: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(d) => duration::serialize(d, s),
+            None => s.serialize_str(""),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        let s = String::deserialize(d)?;
+        if s.trim().is_empty() {
+            return Ok(None);
+        }
+        let v = parse_duration(&s).map_err(de::Error::custom)?;
+        if v < Duration::from_secs(1) {
+            return Err(de::Error::custom(format!(
+                "{} is too short; the least is 1s",
+                humantime::format_duration(v)
+            )));
+        }
+        Ok(Some(v))
+    }
+}
+
 /// Types with `FromStr` and `Display` (zones, versions, addresses), as text.
 pub mod text {
     use super::*;

@@ -17,6 +17,13 @@ pub struct Yarn {
     /// Per request to an RM.
     #[serde(with = "timeout")]
     pub timeout: Duration,
+    /// SPEC §17: one deadline for all RM reads of a sweep; None: a third of
+    /// `reconcile.sweep_interval`.
+    #[serde(with = "values::blank_period")]
+    pub sweep_budget: Option<Duration>,
+    /// SPEC §17: hold a YARN-type zombie whose host's agent reads no
+    /// application-id source.
+    pub require_ids: bool,
 }
 
 impl Default for Yarn {
@@ -25,6 +32,8 @@ impl Default for Yarn {
             resource_managers: Vec::new(),
             user: String::new(),
             timeout: Duration::from_secs(5),
+            sweep_budget: None,
+            require_ids: true,
         }
     }
 }

@@ -93,6 +93,8 @@ impl Rig {
         let now = self.engine.now();
         let started = (t0() - chrono::TimeDelta::seconds(540)).timestamp_millis();
         let report = AgentReport {
+            tty_tasks: 0,
+            app_id_sources: None,
             worker: self.spelling.clone(),
             agent_version: "test".into(),
             seq: self.seq,
@@ -104,6 +106,7 @@ impl Rig {
             tasks: tasks
                 .iter()
                 .map(|&id| AgentTask {
+                    lineage: None,
                     app_ids: self.app_ids.clone(),
                     task_id: id,
                     workflow_instance_id: 100 + id,

@@ -359,6 +359,7 @@ fn rm(bases: &[&str], user: &str) -> Rm {
         resource_managers: bases.iter().map(|b| b.to_string()).collect(),
         user: user.into(),
         timeout: Duration::from_secs(2),
+        ..Yarn::default()
     })
     .unwrap()
 }

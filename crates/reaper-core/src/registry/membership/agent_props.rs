@@ -77,6 +77,8 @@ impl AgentTruth {
 
 fn report_json(worker: &str, task: i64, lists: bool, unreadable: bool, blind: bool) -> Vec<u8> {
     crate::agent::AgentReport {
+        tty_tasks: 0,
+        app_id_sources: None,
         worker: worker.into(),
         agent_version: "prop".into(),
         seq: 1,
@@ -88,6 +90,7 @@ fn report_json(worker: &str, task: i64, lists: bool, unreadable: bool, blind: bo
         blind: blind.then(|| "worker pid not visible".to_string()),
         tasks: if lists {
             vec![crate::agent::AgentTask {
+                lineage: None,
                 task_id: task,
                 workflow_instance_id: 1,
                 pids: vec![10],

@@ -674,6 +674,8 @@ proptest! {
 
 fn agent_json(worker: &str, tasks: &[i64], unreadable: u64) -> Vec<u8> {
     crate::agent::AgentReport {
+        tty_tasks: 0,
+        app_id_sources: None,
         worker: worker.into(),
         agent_version: "test".into(),
         seq: 1,
@@ -686,6 +688,7 @@ fn agent_json(worker: &str, tasks: &[i64], unreadable: u64) -> Vec<u8> {
         tasks: tasks
             .iter()
             .map(|&task_id| crate::agent::AgentTask {
+                lineage: None,
                 task_id,
                 workflow_instance_id: 1,
                 pids: vec![10],

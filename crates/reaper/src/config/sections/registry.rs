@@ -78,6 +78,10 @@ pub struct JdbcRegistry {
     /// 3.1/3.2: DS's term-refresh-interval × term-expire-times.
     #[serde(with = "values::period")]
     pub expire_after: Duration,
+    /// SPEC §14: how long losses first seen right after a registry-database
+    /// outage hold the brake (`registry_outage`) at most.
+    #[serde(with = "values::period")]
+    pub outage_hold: Duration,
 }
 
 impl Default for JdbcRegistry {
@@ -86,6 +90,7 @@ impl Default for JdbcRegistry {
             url: None,
             poll_interval: secs(1),
             expire_after: secs(6),
+            outage_hold: secs(1800),
         }
     }
 }

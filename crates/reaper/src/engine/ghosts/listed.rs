@@ -187,6 +187,8 @@ mod tests {
 
     fn report(worker: &str, tasks: &[i64]) -> AgentReport {
         AgentReport {
+            tty_tasks: 0,
+            app_id_sources: None,
             worker: worker.into(),
             agent_version: "test".into(),
             seq: 1,
@@ -198,6 +200,7 @@ mod tests {
             tasks: tasks
                 .iter()
                 .map(|&id| AgentTask {
+                    lineage: None,
                     app_ids: vec![],
                     task_id: id,
                     workflow_instance_id: 9,
