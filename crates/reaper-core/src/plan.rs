@@ -11,6 +11,7 @@ use crate::line::DsLine;
 use crate::policy::{Action, FollowUp, Policy};
 use crate::rate::TokenBucket;
 use crate::reason::{Evidence, Reason};
+use crate::remote::RemoteEvidence;
 use crate::view::{NodeKind, RegistryView};
 use crate::{delta, Instant};
 use serde::{Deserialize, Serialize};
@@ -149,12 +150,22 @@ pub fn plan(
     state: &SafetyState,
 ) -> Plan {
     let mut budget = Budget::for_sweep(state, policy, now);
-    plan_within(view, candidates, now, policy, state, &mut budget)
+    plan_within(
+        view,
+        candidates,
+        now,
+        policy,
+        state,
+        &mut budget,
+        &RemoteEvidence::default(),
+    )
 }
 
 /// Reconciles the registry view with the candidates; the writes it wants are
 /// admitted through `budget` (which then has the brake this plan updated, for
 /// the planners after it). `next.bucket` is the budget's bucket afterwards.
+/// A task whose YARN application may still run (`remote`, SPEC §17) is held
+/// before the budget admits anything.
 pub fn plan_within(
     view: &RegistryView,
     candidates: &[Candidate],
@@ -162,6 +173,7 @@ pub fn plan_within(
     policy: &Policy,
     state: &SafetyState,
     budget: &mut Budget,
+    remote: &RemoteEvidence,
 ) -> Plan {
     let Some(valid_since) = view.valid_since() else {
         let reason = match &view.state {
@@ -204,7 +216,7 @@ pub fn plan_within(
     let brake = state.brake.update(condition.clone(), now, &policy.brake);
     budget.set_brake(&brake);
     for z in zombies.iter_mut() {
-        if z.disposition == Disposition::Act {
+        if !remote.judge(z) && z.disposition == Disposition::Act {
             z.disposition = budget.admit(valid_since, now);
         }
     }

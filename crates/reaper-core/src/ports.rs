@@ -35,6 +35,9 @@ pub enum PortErrorKind {
     Invalid,
     /// This adapter does not do it at all (the trait's default).
     Unsupported,
+    /// The engine's own gate refused before anything was written (the
+    /// intents could not be put on disk): nothing changed anywhere.
+    Refused,
 }
 
 /// Why a store or registry call failed: its kind and the adapter's own
@@ -68,6 +71,10 @@ impl PortError {
         PortError::new(PortErrorKind::Unsupported, source)
     }
 
+    pub fn refused(source: impl Into<BoxError>) -> PortError {
+        PortError::new(PortErrorKind::Refused, source)
+    }
+
     pub fn kind(&self) -> PortErrorKind {
         self.kind
     }
@@ -83,6 +90,7 @@ impl PortError {
             PortErrorKind::Unavailable => "unavailable",
             PortErrorKind::Invalid => "invalid",
             PortErrorKind::Unsupported => "unsupported",
+            PortErrorKind::Refused => "refused",
         }
     }
 }
@@ -205,12 +213,10 @@ pub trait TaskStore: Send + Sync {
         &'a self,
         line: DsLine,
         writes: &'a [TaskWrite],
-        before_write: BoxFuture<'a, Result<(), String>>,
+        before_write: WriteGate<'a>,
     ) -> BoxFuture<'a, Result<Vec<WriteOutcome>, PortError>> {
         Box::pin(async move {
-            before_write
-                .await
-                .map_err(|e| PortError::invalid(format!("not written: {e}")))?;
+            before_write.await.map_err(PortError::refused)?;
             self.write_tasks(line, writes).await
         })
     }
@@ -371,6 +377,36 @@ pub trait RegistrySource: Send + Sync {
     }
     /// Ends the session promptly.
     fn close(&self) -> BoxFuture<'_, ()>;
+}
+
+/// The one call from a store back into the engine: a batch write waits on
+/// it before its first change, and writes nothing when it fails (SPEC §4.7:
+/// the intents are on disk before any row changes).
+pub type WriteGate<'a> = BoxFuture<'a, Result<(), GateRefused>>;
+
+/// Why the engine's [`WriteGate`] refused a write.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not written: {0}")]
+pub struct GateRefused(pub String);
+
+/// One application as a ResourceManager answered about it, and why its
+/// state is unknown when it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppAnswer {
+    pub app: crate::remote::RemoteApp,
+    /// Set when the RM could not tell (unreachable, 404, an answer that
+    /// does not name the id asked): the application may still run.
+    pub unknown_why: Option<String>,
+}
+
+/// The YARN ResourceManagers (SPEC §17): asked about a task's applications
+/// before a sweep plans, and told to kill one only as an effect.
+pub trait ResourceManager: Send + Sync {
+    /// The application's state as the RM says it (`state: None` when unknown).
+    fn app<'a>(&'a self, id: &'a str) -> BoxFuture<'a, AppAnswer>;
+    /// Asks the RM to kill the application; `Ok` once the RM accepted it
+    /// (the caller reads the application again to see it final).
+    fn kill<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), PortError>>;
 }
 
 /// Leader election among replicas (SPEC §4.6).

@@ -20,6 +20,26 @@ pub struct RemoteApp {
     pub state: Option<String>,
     #[serde(default)]
     pub final_status: Option<String>,
+    /// The RM's `startedTime` (epoch ms), when it said: whether the
+    /// application can be the task's own (SPEC §17).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_time: Option<i64>,
+    /// The RM's `user`, when it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+}
+
+impl RemoteApp {
+    /// An application nothing is known of yet.
+    pub fn unknown(id: impl Into<String>) -> RemoteApp {
+        RemoteApp {
+            id: id.into(),
+            state: None,
+            final_status: None,
+            started_time: None,
+            user: None,
+        }
+    }
 }
 
 /// Where an application is, as far as acting on its task goes.
@@ -78,21 +98,56 @@ pub fn decide(apps: &[RemoteApp], kill: bool) -> RemoteDecision {
     RemoteDecision::Act
 }
 
-/// Records the applications on the zombie and holds it when `decision` is
-/// not `Act` (a `Kill` not carried out holds as running). Only a zombie about
-/// to be acted on changes disposition; others just show their applications.
-pub fn apply(z: &mut Zombie, apps: Vec<RemoteApp>, decision: &RemoteDecision) {
-    z.evidence.remote_apps = apps;
-    if z.disposition != Disposition::Act {
-        return;
+/// The ResourceManager's answers about the candidates' applications, read
+/// before the plan (SPEC §17), and whether live ones may be killed first.
+/// The planner holds a task with it before the budget admits anything, so a
+/// held task takes no place in the sweep's cap or the rate limit.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RemoteEvidence {
+    /// Each task's known applications with the RM's answers, by task id.
+    pub apps: std::collections::BTreeMap<i64, Vec<RemoteApp>>,
+    /// `[policy] kill_remote_apps`.
+    pub kill: bool,
+}
+
+impl RemoteEvidence {
+    /// Records the task's applications on the zombie and, when it is about
+    /// to be acted on, holds it unless every application is final or (with
+    /// `kill`) every one not final is live and will be killed first by the
+    /// executor. Returns whether it held the zombie.
+    pub fn judge(&self, z: &mut Zombie) -> bool {
+        let Some(apps) = self.apps.get(&z.task.id) else {
+            return false;
+        };
+        z.evidence.remote_apps = apps.clone();
+        if z.disposition != Disposition::Act {
+            return false;
+        }
+        match decide(apps, self.kill) {
+            RemoteDecision::Act | RemoteDecision::Kill(_) => false,
+            RemoteDecision::Hold(b) => {
+                hold(z, b);
+                true
+            }
+        }
     }
-    let blocked = match decision {
-        RemoteDecision::Act => return,
-        RemoteDecision::Kill(_) => Blocked::RemoteAppRunning,
-        RemoteDecision::Hold(b) => b.clone(),
-    };
+}
+
+/// Holds a zombie about to be acted on: `check` and the API say why.
+pub fn hold(z: &mut Zombie, blocked: Blocked) {
     z.note = Some(blocked.describe());
     z.disposition = Disposition::Blocked(blocked);
+}
+
+/// The ids of a zombie's applications that are live: what the executor
+/// kills before the task's write when the policy allows it.
+pub fn live_ids(z: &Zombie) -> Vec<String> {
+    z.evidence
+        .remote_apps
+        .iter()
+        .filter(|a| a.phase() == AppPhase::Live)
+        .map(|a| a.id.clone())
+        .collect()
 }
 
 /// Whether `s` is a YARN application id, `application_<digits>_<digits>`.
@@ -113,10 +168,18 @@ mod tests {
 
     fn app(id: &str, state: Option<&str>) -> RemoteApp {
         RemoteApp {
-            id: id.into(),
             state: state.map(str::to_string),
-            final_status: None,
+            ..RemoteApp::unknown(id)
         }
+    }
+
+    /// The planner's hold for a zombie with `apps` (`kill`: the policy).
+    fn apply(z: &mut Zombie, apps: Vec<RemoteApp>, kill: bool) {
+        let evidence = RemoteEvidence {
+            apps: [(z.task.id, apps)].into(),
+            kill,
+        };
+        evidence.judge(z);
     }
 
     #[test]
@@ -196,7 +259,7 @@ mod tests {
     fn only_a_zombie_about_to_be_acted_on_is_held_and_every_one_shows_its_apps() {
         let apps = vec![app("application_1_1", Some("RUNNING"))];
         let mut z = zombie(Disposition::Act);
-        apply(&mut z, apps.clone(), &decide(&apps, false));
+        apply(&mut z, apps.clone(), false);
         assert_eq!(
             z.disposition,
             Disposition::Blocked(Blocked::RemoteAppRunning)
@@ -204,32 +267,27 @@ mod tests {
         assert_eq!(z.note.as_deref(), Some(REMOTE_APP_RUNNING));
         assert_eq!(z.evidence.remote_apps, apps);
 
-        // a kill that was not carried out holds as running
+        // with kill, a live application is the executor's to kill first:
+        // the zombie stays admitted, its live ids known
         let mut z = zombie(Disposition::Act);
-        apply(
-            &mut z,
-            apps.clone(),
-            &RemoteDecision::Kill(vec!["application_1_1".into()]),
-        );
-        assert_eq!(
-            z.disposition,
-            Disposition::Blocked(Blocked::RemoteAppRunning)
-        );
+        apply(&mut z, apps.clone(), true);
+        assert_eq!(z.disposition, Disposition::Act);
+        assert_eq!(live_ids(&z), vec!["application_1_1".to_string()]);
 
         let unknown = vec![app("application_1_1", None)];
         let mut z = zombie(Disposition::Act);
-        apply(&mut z, unknown.clone(), &decide(&unknown, true));
+        apply(&mut z, unknown.clone(), true);
         assert_eq!(z.note.as_deref(), Some(REMOTE_APP_UNKNOWN));
 
         let mut z = zombie(Disposition::Report);
-        apply(&mut z, apps.clone(), &decide(&apps, false));
+        apply(&mut z, apps.clone(), false);
         assert_eq!(z.disposition, Disposition::Report);
         assert_eq!(z.note, None);
         assert_eq!(z.evidence.remote_apps, apps);
 
         let done = vec![app("application_1_1", Some("KILLED"))];
         let mut z = zombie(Disposition::Act);
-        apply(&mut z, done.clone(), &decide(&done, false));
+        apply(&mut z, done.clone(), false);
         assert_eq!(z.disposition, Disposition::Act);
     }
 

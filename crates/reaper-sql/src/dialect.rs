@@ -108,7 +108,7 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
         c: &mut Conn<Self>,
         zone: Zone,
         batch: &[&TaskWrite],
-        ready: impl Future<Output = Result<(), String>> + Send,
+        ready: impl Future<Output = Result<(), reaper_core::ports::GateRefused>> + Send,
     ) -> impl Future<Output = Result<Vec<bool>, SqlError>> + Send;
 }
 
@@ -139,6 +139,6 @@ pub(crate) fn connect_lazy<D: Dialect>(
 }
 
 /// A write's `ready` failed: nothing was changed.
-pub(crate) fn not_ready(why: String) -> SqlError {
-    SqlError::Invalid(format!("not written: {why}"))
+pub(crate) fn not_ready(why: reaper_core::ports::GateRefused) -> SqlError {
+    SqlError::Refused(why)
 }

@@ -45,6 +45,10 @@ pub enum SqlError {
         id: i64,
         reason: String,
     },
+    /// The engine's write gate refused (its intents are not on disk):
+    /// rolled back, nothing changed.
+    #[error(transparent)]
+    Refused(reaper_core::ports::GateRefused),
 }
 
 impl From<sqlx::Error> for SqlError {
@@ -107,6 +111,8 @@ impl From<SqlError> for PortError {
     fn from(e: SqlError) -> PortError {
         let kind = if e.is_unavailable() {
             PortErrorKind::Unavailable
+        } else if matches!(e, SqlError::Refused(_)) {
+            PortErrorKind::Refused
         } else {
             PortErrorKind::Invalid
         };

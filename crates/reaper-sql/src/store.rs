@@ -147,7 +147,7 @@ impl TaskStore for SqlStore {
         &'a self,
         line: DsLine,
         writes: &'a [TaskWrite],
-        before_write: BoxFuture<'a, Result<(), String>>,
+        before_write: reaper_core::ports::WriteGate<'a>,
     ) -> BoxFuture<'a, Result<Vec<WriteOutcome>, PortError>> {
         Box::pin(async move {
             Ok(self

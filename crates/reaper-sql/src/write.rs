@@ -56,7 +56,7 @@ impl Db {
         &self,
         line: DsLine,
         writes: &[TaskWrite],
-        ready: impl std::future::Future<Output = Result<(), String>> + Send,
+        ready: impl std::future::Future<Output = Result<(), reaper_core::ports::GateRefused>> + Send,
     ) -> Result<Vec<WriteOutcome>, SqlError> {
         for w in writes {
             let code = w

@@ -460,7 +460,9 @@ async fn slow_intents_release_locks(kind: SimKind, fixture: &str) {
         loop {
             if let Some(h) = try_lock_rows(&sim, &probe).await {
                 h.release().await;
-                sim.exec(&finish).await.map_err(|e| e.to_string())?;
+                sim.exec(&finish)
+                    .await
+                    .map_err(|e| reaper_core::ports::GateRefused(e.to_string()))?;
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(20)).await;

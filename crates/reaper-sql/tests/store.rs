@@ -209,7 +209,9 @@ async fn write_waits_for_before_write(kind: SimKind) {
             line,
             &[w(x)],
             Box::pin(async move {
-                let st = uncommitted_state(sim_ref, x).await?;
+                let st = uncommitted_state(sim_ref, x)
+                    .await
+                    .map_err(reaper_core::ports::GateRefused)?;
                 *seen.lock().unwrap() = Some(st);
                 Ok(())
             }),
@@ -228,12 +230,17 @@ async fn write_waits_for_before_write(kind: SimKind) {
         .write_tasks_after(
             line,
             &[w(y)],
-            Box::pin(async { Err("the audit disk is full".to_string()) }),
+            Box::pin(async {
+                Err(reaper_core::ports::GateRefused(
+                    "the audit disk is full".to_string(),
+                ))
+            }),
         )
         .await
         .unwrap_err();
     assert!(
-        e.kind() == PortErrorKind::Invalid
+        // the engine's gate refused: its own kind, not a fault of the store
+        e.kind() == PortErrorKind::Refused
             && e.to_string()
                 .contains("not written: the audit disk is full"),
         "{kind:?}: {e}"

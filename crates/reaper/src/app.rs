@@ -117,6 +117,7 @@ pub fn build(
         registry,
         leader,
         clock: Arc::new(SystemClock),
+        rm: crate::yarn::resource_manager(&settings.yarn),
     };
     Ok(Arc::new(Engine::new(settings, ports, Metrics::new())))
 }
@@ -168,7 +169,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         "starting ds-reaper"
     );
     let engine = build(settings, &cancel, true)?;
-    engine.close_dangling_intents();
+    engine.close_dangling_intents().await;
     engine.own_remote_apps().await;
     let listener = tokio::net::TcpListener::bind(listen)
         .await

@@ -234,6 +234,7 @@ impl IntoResponse for EngineError {
             None | Some(Kind::Unavailable) => StatusCode::SERVICE_UNAVAILABLE,
             Some(Kind::Invalid) => StatusCode::INTERNAL_SERVER_ERROR,
             Some(Kind::Unsupported) => StatusCode::NOT_IMPLEMENTED,
+            Some(Kind::Refused) => StatusCode::CONFLICT,
         };
         error(code, self.to_string())
     }

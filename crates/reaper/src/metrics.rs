@@ -41,6 +41,8 @@ pub struct Metrics {
     /// SPEC §17.
     pub remote_apps: IntGaugeVec,
     pub remote_app_kills_total: IntCounterVec,
+    /// SPEC §4.1: effects the executor's gate did not carry out.
+    pub effects_skipped_total: IntCounterVec,
 }
 
 fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, m: T) -> T {
@@ -291,6 +293,14 @@ impl Metrics {
         let (workflow_zombies, workflow_actions_total) = workflow_metrics(&r);
         let (ghosts, remote_apps, remote_app_kills_total, ghost_actions_total) = ghost_metrics(&r);
         let (anomalies, oldest_live_seconds) = anomaly_metrics(&r);
+        let effects_skipped_total = reg(
+            &r,
+            counter_vec(
+                "effects_skipped_total",
+                "Effects not carried out because the gate closed before them",
+                &["reason"],
+            ),
+        );
         let m = Metrics {
             zombies,
             zombies_detected_total,
@@ -319,8 +329,14 @@ impl Metrics {
             ghost_actions_total,
             anomalies,
             oldest_live_seconds,
+            effects_skipped_total,
             registry: r,
         };
+        for reason in crate::engine::SKIP_REASONS {
+            m.effects_skipped_total
+                .with_label_values(&[reason])
+                .inc_by(0);
+        }
         m.zero_anomalies();
         // Pre-create the label sets so dashboards and alerts see zeros, not gaps.
         m.zero_tasks();

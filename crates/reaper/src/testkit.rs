@@ -251,7 +251,7 @@ impl TaskStore for MemStore {
         &'a self,
         line: DsLine,
         writes: &'a [TaskWrite],
-        before_write: BoxFuture<'a, Result<(), String>>,
+        before_write: reaper_core::ports::WriteGate<'a>,
     ) -> BoxFuture<'a, Result<Vec<WriteOutcome>, PortError>> {
         Box::pin(async move {
             if self.fail_writes.load(Ordering::SeqCst) {
@@ -259,9 +259,7 @@ impl TaskStore for MemStore {
                     .push(StoreCall::Write(writes.iter().map(|w| w.seen.id).collect()));
                 return Err(PortError::unavailable("database down (test)"));
             }
-            before_write
-                .await
-                .map_err(|e| PortError::invalid(format!("not written: {e}")))?;
+            before_write.await.map_err(PortError::refused)?;
             self.write_tasks(line, writes).await
         })
     }

@@ -16,7 +16,14 @@ mod known;
 mod rm;
 
 pub use known::{KnownApps, Learned, FORGET_ABSENT_FOR, FORGET_LEARNED_AGO};
-pub use rm::Rm;
+pub use rm::{Rm, RmError};
+
+/// The configured ResourceManagers as the engine's port; None with `[yarn]` off.
+pub fn resource_manager(
+    cfg: &crate::config::yarn::Yarn,
+) -> Option<std::sync::Arc<dyn reaper_core::ports::ResourceManager>> {
+    Rm::new(cfg).map(|rm| std::sync::Arc::new(rm) as _)
+}
 
 #[cfg(test)]
 mod tests;

@@ -441,7 +441,15 @@ fn hold_blocks_everything() {
     let st = SafetyState::default();
     let mut budget = crate::Budget::for_sweep(&st, &p, t(1000)).held(Some("not the leader".into()));
     let before = budget.clone();
-    let pl = plan_within(&v, &[task(1, None, -10_000)], t(1000), &p, &st, &mut budget);
+    let pl = plan_within(
+        &v,
+        &[task(1, None, -10_000)],
+        t(1000),
+        &p,
+        &st,
+        &mut budget,
+        &Default::default(),
+    );
     assert_eq!(
         only(&pl).disposition,
         Disposition::Blocked(Blocked::Hold("not the leader".into()))

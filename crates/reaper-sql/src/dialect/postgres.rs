@@ -195,7 +195,7 @@ impl Dialect for Postgres {
         c: &mut PgConnection,
         zone: Zone,
         batch: &[&TaskWrite],
-        ready: impl Future<Output = Result<(), String>> + Send,
+        ready: impl Future<Output = Result<(), reaper_core::ports::GateRefused>> + Send,
     ) -> Result<Vec<bool>, SqlError> {
         let mut applied = vec![false; batch.len()];
         if batch.is_empty() {

@@ -4,12 +4,10 @@ use super::connect::{connect, progress};
 use super::output::{print_ghosts, print_table, print_workflows};
 use super::{Format, EXIT_FOUND, EXIT_OK, EXIT_UNREACHABLE};
 use crate::config::Settings;
-use crate::engine::{Engine, Error};
+use crate::engine::{Checked, Engine, Error};
 use crate::views::{GhostView, WorkflowView, ZombieView};
 use reaper_core::anomaly::Anomaly;
-use reaper_core::ghost::Ghost;
-use reaper_core::workflow::WorkflowFinding;
-use reaper_core::{DsLine, Instant, Plan};
+use reaper_core::{DsLine, Instant};
 use serde_json::json;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -54,27 +52,14 @@ pub(super) async fn check(s: Settings, format: Format, observe: Duration) -> u8 
 
 /// What the engine answered, read before it is closed.
 struct Scanned {
-    tasks: Result<(DsLine, Plan, Vec<WorkflowFinding>), Error>,
-    ghosts: Result<Vec<Ghost>, Error>,
-    anomalies: Result<Vec<Anomaly>, Error>,
+    checked: Result<Checked, Error>,
 }
 
 async fn scan(engine: &Engine) -> Scanned {
     progress("scanning t_ds_task_instance");
-    let tasks = engine.check().await;
-    let ghosts = match &tasks {
-        Ok((line, _, _)) => engine.check_ghosts(*line).await,
-        Err(_) => Ok(Vec::new()),
-    };
-    // SPEC §16 after the task, workflow and ghost findings; never written, never audited
-    let anomalies = match &tasks {
-        Ok(_) => engine.check_anomalies().await,
-        Err(_) => Ok(Vec::new()),
-    };
+    // the same read and plan as a sweep, nothing written or audited
     Scanned {
-        tasks,
-        ghosts,
-        anomalies,
+        checked: engine.check().await,
     }
 }
 
@@ -90,25 +75,17 @@ struct Found {
 }
 
 impl Found {
-    /// The first error of the task scan, the ghosts and the anomalies, in
-    /// that order, stops the check.
     fn new(scanned: Scanned) -> Result<Found, Error> {
-        let (line, plan, findings) = scanned.tasks?;
-        let ghosts = scanned.ghosts?.iter().map(GhostView::new).collect();
-        let anomalies = scanned.anomalies?;
-        let now = plan.at;
+        let c = scanned.checked?;
+        let now = c.at;
         Ok(Found {
-            line,
-            candidates: plan.candidates,
+            line: c.line,
+            candidates: c.candidates,
             now,
-            zombies: plan
-                .zombies
-                .iter()
-                .map(|z| ZombieView::new(z, now))
-                .collect(),
-            workflows: findings.iter().map(WorkflowView::new).collect(),
-            ghosts,
-            anomalies,
+            zombies: c.zombies.iter().map(|z| ZombieView::new(z, now)).collect(),
+            workflows: c.workflows.iter().map(WorkflowView::new).collect(),
+            ghosts: c.ghosts.iter().map(GhostView::new).collect(),
+            anomalies: c.anomalies,
         })
     }
 

@@ -1,20 +1,15 @@
-//! Stuck under a live owner (SPEC §16): the sweep's report-only step. The
-//! task part is judged while the sweep still holds its candidates (with the
-//! other live rows the same read returned, and 3.4's serial queue); the
-//! workflow part after the workflow step, from its candidates. Nothing here
-//! writes to DS's database, whatever the policy says: the findings go to the
-//! status, the metrics and the audit trail (once, when first seen).
+//! Stuck under a live owner (SPEC §16), report only: judged in the plan
+//! step (the task part with the candidates and the rows beside them, the
+//! workflow part with the workflow candidates) and published here. Nothing
+//! here writes to DS's database, whatever the policy says: the findings go
+//! to the status, the metrics and the audit trail (once, when first seen).
 
-use super::{Engine, Error, SweepState};
+use super::{Engine, SweepState};
 use crate::audit::{AuditEvent, Record, RecordKind};
 use crate::config::Settings;
-use reaper_core::anomaly::{
-    plan_task_anomalies, plan_workflow_anomalies, Anomaly, AnomalyKind, AnomalyReport, AnomalyRows,
-    AnomalySettings, STOP_STATES,
-};
-use reaper_core::ports::{PortErrorKind, Scan};
+use reaper_core::anomaly::{Anomaly, AnomalyKind, AnomalyReport, AnomalySettings, STOP_STATES};
 use reaper_core::workflow::WorkflowCandidate;
-use reaper_core::{Candidate, DsLine, Instant, RegistryView};
+use reaper_core::{DsLine, Instant};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
@@ -27,10 +22,7 @@ pub(super) fn stopping(workflows: &[WorkflowCandidate]) -> Vec<WorkflowCandidate
         .collect()
 }
 
-/// The anomaly step's read, as `/readyz` names it when it fails.
-const ANOMALY_READ: &str = "rows of live-owner findings";
-
-fn settings_of(s: &Settings) -> AnomalySettings {
+pub(super) fn settings_of(s: &Settings) -> AnomalySettings {
     AnomalySettings {
         dispatch_stall_after: s.reconcile.dispatch_stall_after,
         workflow_stall_after: s.reconcile.workflow_stall_after,
@@ -39,65 +31,15 @@ fn settings_of(s: &Settings) -> AnomalySettings {
 }
 
 impl Engine {
-    /// The rows beside the candidates; a store that cannot read them, or a
-    /// failed read, leaves the candidates alone to judge (logged, counted).
-    async fn anomaly_rows(&self, line: DsLine) -> AnomalyRows {
-        match self.store.anomaly_rows(line).await {
-            Ok(r) => {
-                self.read_ok(ANOMALY_READ);
-                r
-            }
-            Err(e) if e.kind() != PortErrorKind::Unavailable => {
-                self.read_fault(ANOMALY_READ, &e);
-                AnomalyRows::default()
-            }
-            Err(e) => {
-                self.db_failed(&e);
-                tracing::warn!(error = %e, "reading the rows of live-owner findings failed; candidates alone judged");
-                AnomalyRows::default()
-            }
-        }
-    }
-
-    /// The task part, right after the candidate read it belongs to.
-    pub(super) async fn task_anomalies(
-        &self,
-        line: DsLine,
-        candidates: &[Candidate],
-        states: &[i32],
-        view: &RegistryView,
-        now: Instant,
-    ) -> AnomalyReport {
-        let rows = self.anomaly_rows(line).await;
-        plan_task_anomalies(
-            view,
-            line,
-            candidates,
-            &rows,
-            states,
-            now,
-            &settings_of(&self.settings),
-        )
-    }
-
-    /// Adds the workflow part, then publishes: status, metrics, and one
-    /// `detected` audit record (`kind = "anomaly"`) per finding first seen.
+    /// Publishes the sweep's findings: status, metrics, and one `detected`
+    /// audit record (`kind = "anomaly"`) per finding first seen.
     pub(super) async fn publish_anomalies(
         &self,
         st: &mut SweepState,
-        mut report: AnomalyReport,
-        stopping: &[WorkflowCandidate],
-        view: &RegistryView,
+        report: &AnomalyReport,
         line: DsLine,
         now: Instant,
     ) -> usize {
-        report.anomalies.extend(plan_workflow_anomalies(
-            view,
-            line,
-            stopping,
-            now,
-            &settings_of(&self.settings),
-        ));
         let mut per_kind: BTreeMap<AnomalyKind, i64> =
             AnomalyKind::ALL.iter().map(|k| (*k, 0)).collect();
         for a in &report.anomalies {
@@ -133,56 +75,8 @@ impl Engine {
             tracing::error!(error = %e, "cannot write the audit trail");
         }
         let n = report.anomalies.len();
-        self.status_write().anomalies = Arc::new(report.anomalies);
+        self.status_write().anomalies = Arc::new(report.anomalies.clone());
         n
-    }
-
-    /// `check`'s anomalies: one full read of its own, nothing written, nothing audited.
-    pub async fn check_anomalies(&self) -> Result<Vec<Anomaly>, Error> {
-        let line = {
-            let mut st = self.state.lock().await;
-            self.line(&mut st).await?.0
-        };
-        let view = self.registry.view();
-        if !view.is_valid() {
-            return Err(Error::ViewInvalid);
-        }
-        let (states, _) = self.settings.live_states(line);
-        let candidates = self
-            .store
-            .scan_once(line, &states)
-            .await
-            .map_err(Error::port("reading candidates"))?;
-        let rows = match self.store.anomaly_rows(line).await {
-            Ok(r) => r,
-            Err(e) if e.kind() == PortErrorKind::Unsupported => AnomalyRows::default(),
-            Err(e) => return Err(Error::port("reading the rows of live-owner findings")(e)),
-        };
-        let now = self.now();
-        let settings = settings_of(&self.settings);
-        let mut report =
-            plan_task_anomalies(&view, line, &candidates, &rows, &states, now, &settings);
-        drop(candidates);
-        if self.settings.reconcile.workflows {
-            let (wf_states, _) = self.settings.workflow_states(line);
-            let wfs = match self
-                .store
-                .workflow_candidates(line, &wf_states, &states, Scan::Full)
-                .await
-            {
-                Ok(w) => w,
-                Err(e) if e.kind() == PortErrorKind::Unsupported => Vec::new(),
-                Err(e) => return Err(Error::port("reading workflow instances")(e)),
-            };
-            report.anomalies.extend(plan_workflow_anomalies(
-                &view,
-                line,
-                &stopping(&wfs),
-                now,
-                &settings,
-            ));
-        }
-        Ok(report.anomalies)
     }
 }
 

@@ -19,12 +19,15 @@ pub const COALESCE: Duration = Duration::from_millis(300);
 const PAST_DEADLINE: Duration = Duration::from_millis(20);
 
 impl Engine {
-    /// When a sweep of the current view could newly act, as the planner
-    /// tells it (asked of the current view, not the last sweep's: a view
-    /// change between sweeps moves it).
+    /// When a sweep could newly act: the last plan's wake-up, or — when the
+    /// view changed since — what the planner says of the current view,
+    /// whichever comes first (a loss between sweeps moves it earlier).
     pub fn wake(&self) -> Option<Instant> {
         let r = &self.settings.reconcile;
-        reaper_core::plan::wake(&self.view(), r.grace_period, r.startup_settle, self.now())
+        let now = self.now();
+        let planned = self.status_read().wake.filter(|t| *t > now);
+        let current = reaper_core::plan::wake(&self.view(), r.grace_period, r.startup_settle, now);
+        planned.into_iter().chain(current).min()
     }
 }
 

@@ -6,12 +6,13 @@
 //! when the agent's report answers, then the node removed. Nothing of DS's
 //! database is ever written for a ghost.
 
-use super::sweep::Judged;
-use super::{Engine, Error, SweepState};
-use crate::audit::{AuditEvent, Record, RecordKind};
+use super::effects::Outcome;
+use super::sweep::Mode;
+use super::{Engine, SweepState};
+use crate::audit::{AuditError, AuditEvent, Record, RecordKind};
 use reaper_core::ghost::{self, Ghost, GhostMemory, ListedRead};
 use reaper_core::order::{KillOrder, OrderOutcome};
-use reaper_core::{Budget, Disposition, DsLine, Instant, RegistryView};
+use reaper_core::{Budget, DsLine, Instant, RegistryView};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
@@ -28,7 +29,7 @@ const GHOST_READ: &str = "rows of the listed tasks";
 /// What the ghost part of the sweeps remembers.
 #[derive(Default)]
 pub(super) struct GhostState {
-    memory: GhostMemory,
+    pub(super) memory: GhostMemory,
     /// Ghosts already audited as `detected`, by (worker, task id).
     seen: HashSet<(String, i64)>,
     /// Orders this daemon wrote and not yet saw answered, by order id.
@@ -38,25 +39,41 @@ pub(super) struct GhostState {
 }
 
 impl Engine {
-    /// `check`'s ghosts: judged in one look (SPEC §15), counting from the
-    /// row's end time and the agents' kept reports; nothing is ordered.
-    pub async fn check_ghosts(&self, line: DsLine) -> Result<Vec<Ghost>, Error> {
-        let Some(listed) = self.read_listed(line, &[]).await else {
-            return Ok(Vec::new());
-        };
-        let view = self.registry.view();
-        if !view.is_valid() {
-            return Err(Error::ViewInvalid);
-        }
-        let now = self.now();
+    async fn audit(&self, records: Vec<Record>) -> Result<(), AuditError> {
+        self.audit.append_blocking(records).await
+    }
+
+    /// The plan step's ghost part: judges the listed tasks within the
+    /// sweep's budget, after the task and workflow plans. `check` counts
+    /// from the rows' end times and the agents' kept reports (it has seen
+    /// no earlier sweep); an order that may be outstanding unseen holds
+    /// every kill of this step.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn plan_ghost_step(
+        &self,
+        st: &SweepState,
+        listed: &Listed,
+        view: &RegistryView,
+        now: Instant,
+        line: DsLine,
+        mode: Mode,
+        budget: &mut Budget,
+    ) -> (Vec<Ghost>, GhostMemory) {
+        let outstanding = outstanding(listed);
         let mut policy = self.settings.ghost_policy(line);
-        policy.startup_settle = std::time::Duration::ZERO;
-        let memory = ghost::check_memory(&view, &listed.rows, now, &policy);
-        let mut budget = Budget::new(policy.max_actions_per_sweep, policy.startup_settle, None)
-            .held(Some("check never writes".into()));
-        let outstanding = outstanding(&listed);
-        let mut ghosts = ghost::plan_ghosts(
-            &view,
+        let memory = match mode {
+            Mode::Sweep => st.ghosts.memory.clone(),
+            Mode::Check => {
+                policy.startup_settle = std::time::Duration::ZERO;
+                ghost::check_memory(view, &listed.rows, now, &policy)
+            }
+        };
+        let hold = budget.hold.clone();
+        if listed.orders.is_none() && hold.is_none() {
+            budget.hold = Some("the kill orders in the registry cannot be read".into());
+        }
+        let plan = ghost::plan_ghosts(
+            view,
             &ListedRead {
                 read: &listed.read,
                 rows: &listed.rows,
@@ -66,92 +83,54 @@ impl Engine {
             &memory,
             now,
             &policy,
-            &mut budget,
-        )
-        .ghosts;
-        self.ghost_remote_apps(&mut ghosts, &view, &mut Default::default())
-            .await;
-        Ok(ghosts)
+            budget,
+        );
+        budget.hold = hold;
+        (plan.ghosts, plan.memory)
     }
 
-    fn ghost_record(&self, event: AuditEvent, g: &Ghost, line: DsLine, now: Instant) -> Record {
-        let mut r = Record::event(event, "daemon", now);
-        r.kind = Some(RecordKind::Process);
-        r.task_id = Some(g.task_id);
-        r.workflow_instance_id = g.workflow_instance_id;
-        r.task_name = g.task_name.clone();
-        r.host = Some(g.worker.clone());
-        r.worker_group = g.worker_group.clone();
-        r.reason = Some(ghost::GHOST_PROCESS.to_string());
-        r.evidence = serde_json::to_value(&g.evidence).ok();
-        r.from_state = g.row_state.clone();
-        r.action = Some(g.action.as_str().to_string());
-        r.ds_line = Some(line.as_str().to_string());
-        r
-    }
-
-    async fn audit(&self, records: Vec<Record>) -> Result<(), String> {
-        self.audit
-            .append_blocking(records)
-            .await
-            .map_err(|e| e.to_string())
-    }
-
-    /// The sweep's `ghosts` step: judges the listed tasks (within the
-    /// sweep's budget, after the task and workflow writes), publishes the
-    /// ghosts, orders the kills the plan allows and audits the agents' answers.
-    pub(super) async fn sweep_ghosts(
+    /// The publish step's ghost part: new ghosts audited, the gauge and the
+    /// status; as leader, the agents' answers to earlier orders.
+    pub(super) async fn publish_ghosts(
         &self,
         st: &mut SweepState,
+        ghosts: &Arc<Vec<Ghost>>,
+        orders: Option<&[(String, KillOrder)]>,
+        view: &RegistryView,
         line: DsLine,
-        listed: Option<Listed>,
-        judged: &mut Judged,
+        now: Instant,
     ) {
-        let Some(listed) = listed else {
-            return;
-        };
-        let (view, now) = (&judged.view, judged.now);
-        let outstanding = outstanding(&listed);
-        // An order may be outstanding unseen: none is written, for this step only.
-        let hold = judged.budget.hold.clone();
-        if listed.orders.is_none() && hold.is_none() {
-            judged.budget.hold = Some("the kill orders in the registry cannot be read".into());
-        }
-        let policy = self.settings.ghost_policy(line);
-        let plan = ghost::plan_ghosts(
-            view,
-            &ListedRead {
-                read: &listed.read,
-                rows: &listed.rows,
-                live: &listed.live,
-                outstanding: &outstanding,
-            },
-            &st.ghosts.memory,
-            now,
-            &policy,
-            &mut judged.budget,
-        );
-        judged.budget.hold = hold;
-        st.ghosts.memory = plan.memory;
-        let mut ghosts = plan.ghosts;
-        self.ghost_remote_apps(&mut ghosts, view, &mut judged.remote)
-            .await;
-        let ghosts = Arc::new(ghosts);
-        self.record_ghosts(st, &ghosts, line, now).await;
+        self.record_ghosts(st, ghosts, line, now).await;
         self.metrics.ghosts.set(ghosts.len() as i64);
         self.status_write().ghosts = ghosts.clone();
-
         if self.is_leader() {
-            if let Some(orders) = &listed.orders {
+            if let Some(orders) = orders {
                 self.answers(st, view, orders, line, now).await;
             }
         }
-        for g in ghosts.iter().filter(|g| g.disposition == Disposition::Act) {
-            if let Err(why) = self.gate_open(&judged.gate) {
-                tracing::warn!(%why, "no more kill orders in this sweep");
-                break;
-            }
-            self.order(st, g, view, line, now).await;
+    }
+
+    /// What the executor's kill orders left to remember: an order written
+    /// (or whose node could not be written) is re-issued at most once per
+    /// `ghost_after`; one whose intent could not be audited, next sweep.
+    pub(super) fn remember_order(&self, st: &mut SweepState, outcome: &Outcome, now: Instant) {
+        let Outcome::Ordered {
+            worker,
+            task_id,
+            folder,
+            order,
+            tried,
+        } = outcome
+        else {
+            return;
+        };
+        if *tried {
+            ghost::ordered(&mut st.ghosts.memory, worker, *task_id, now);
+        }
+        if let Some(order) = order {
+            st.ghosts
+                .issued
+                .insert(order.order_id.clone(), (folder.clone(), order.clone()));
         }
     }
 
@@ -179,63 +158,6 @@ impl Engine {
         st.ghosts.seen.retain(|k| current.contains(k));
         if let Err(e) = self.audit(records).await {
             tracing::error!(error = %e, "cannot write the audit trail");
-        }
-    }
-
-    /// One kill order: the intent on disk first, then the node.
-    async fn order(
-        &self,
-        st: &mut SweepState,
-        g: &Ghost,
-        view: &RegistryView,
-        line: DsLine,
-        now: Instant,
-    ) {
-        // The agent reads the folder named as it spells its worker; the
-        // view keys agents by the normalised name.
-        let folder = view
-            .agents
-            .get(&g.worker)
-            .and_then(|a| a.report.as_ref())
-            .map(|r| r.worker.trim().to_string())
-            .filter(|w| reaper_core::host::normalize(w) == g.worker.as_str())
-            .unwrap_or_else(|| g.worker.clone());
-        let order = KillOrder {
-            task_id: g.task_id,
-            pids: g.processes.clone(),
-            reason: ghost::GHOST_PROCESS.to_string(),
-            issued_at: now.timestamp_millis(),
-            order_id: order_id(&g.worker, g.task_id, now),
-        };
-        let mut intent = self.ghost_record(AuditEvent::Intent, g, line, now);
-        intent.detail = Some(format!("kill order {}", order.order_id));
-        if let Err(e) = self.audit(vec![intent]).await {
-            tracing::error!(error = %e, task_id = g.task_id, "intent not audited: no kill order");
-            return;
-        }
-        match self.registry.put_order(&folder, &order).await {
-            Ok(()) => {
-                tracing::warn!(task_id = g.task_id, worker = %g.worker, order_id = %order.order_id,
-                    pids = ?g.pids(), "kill order written");
-                ghost::ordered(&mut st.ghosts.memory, &g.worker, g.task_id, now);
-                st.ghosts
-                    .issued
-                    .insert(order.order_id.clone(), (folder, order));
-            }
-            Err(e) => {
-                // tried again once ghost_after has passed, not every sweep
-                ghost::ordered(&mut st.ghosts.memory, &g.worker, g.task_id, now);
-                tracing::error!(error = %e, task_id = g.task_id, "kill order not written");
-                self.metrics
-                    .ghost_actions_total
-                    .with_label_values(&["error"])
-                    .inc();
-                let mut r = self.ghost_record(AuditEvent::Error, g, line, self.now());
-                r.detail = Some(format!("kill order not written: {e}"));
-                if let Err(e) = self.audit(vec![r]).await {
-                    tracing::error!(error = %e, "cannot write the audit trail");
-                }
-            }
         }
     }
 
@@ -318,7 +240,7 @@ impl Engine {
         order: &KillOrder,
         line: DsLine,
         now: Instant,
-    ) -> Result<(), String> {
+    ) -> Result<(), AuditError> {
         self.metrics
             .ghost_actions_total
             .with_label_values(&[o.result.as_str()])
@@ -347,6 +269,17 @@ impl Engine {
     }
 }
 
+/// The folder of the ghost's agent: the agent reads the one named as it
+/// spells its worker, while the view keys agents by the normalised name.
+pub(super) fn folder(view: &RegistryView, g: &Ghost) -> String {
+    view.agents
+        .get(&g.worker)
+        .and_then(|a| a.report.as_ref())
+        .map(|r| r.worker.trim().to_string())
+        .filter(|w| reaper_core::host::normalize(w) == g.worker.as_str())
+        .unwrap_or_else(|| g.worker.clone())
+}
+
 /// The outstanding orders by (normalised worker, task id), as the plan keys ghosts.
 fn outstanding(listed: &Listed) -> BTreeSet<(String, i64)> {
     listed
@@ -355,16 +288,4 @@ fn outstanding(listed: &Listed) -> BTreeSet<(String, i64)> {
         .flatten()
         .map(|(w, o)| (reaper_core::host::normalize(w).into_owned(), o.task_id))
         .collect()
-}
-
-/// Unique per issue: worker, task and the daemon's clock, plus a process-wide
-/// counter so two issues in one millisecond differ.
-fn order_id(worker: &str, task_id: i64, now: Instant) -> String {
-    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    format!(
-        "{}-{task_id}-{}-{n}",
-        worker.replace(['/', ' '], "_"),
-        now.timestamp_millis()
-    )
 }

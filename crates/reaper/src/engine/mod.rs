@@ -1,26 +1,27 @@
-//! The engine: one sweep, one act pipeline and one reap, written once against
+//! The engine: one sweep and one effects executor, written once against
 //! the ports (`reaper_core::ports`), shared by the daemon (`run`), `check`,
 //! `reap` and the HTTP API so that they all judge and write the same way.
 //!
-//! - [`sweep`]: one sweep in named steps, read → judge → publish → act →
-//!   workflows → ghosts, top to bottom; [`records`]: what it audits of them.
-//! - [`driver`]: when sweeps run (the interval, grace and settle deadlines,
-//!   membership changes).
-//! - [`check`]: `check`'s judgement, nothing written.
-//! - [`act`]: intent → conditional write → outcome, then the follow-ups.
-//! - [`reap`]: the manual form for one task, through the same pipeline.
+//! - [`sweep`]: one sweep in five steps — [`read`] → plan ([`judge`]) →
+//!   publish → execute ([`effects`]) → finish; `check` is the same sweep
+//!   with nothing published or executed. [`records`]: what it audits of
+//!   what it judged.
+//! - [`driver`]: when sweeps run (the interval, the plan's wake-up, membership changes).
+//! - [`effects`]: the one executor — gate, intent, port call, outcome.
+//! - [`reap`]: the manual form for one task, through the same executor.
 //! - [`line`]: which DS line to work with.
-//! - [`ghosts`]: processes that should not be running (SPEC §15) and their kill orders.
+//! - [`ghosts`], [`workflows`], [`anomalies`], [`remote`]: each finding's own read and publish parts.
 
-mod act;
 mod anomalies;
-mod check;
 pub mod driver;
+mod effects;
 mod error;
 #[cfg(test)]
 mod ghost_tests;
 mod ghosts;
+mod judge;
 mod line;
+mod read;
 mod reap;
 mod records;
 mod remote;
@@ -31,8 +32,9 @@ mod tests;
 mod tests_anomalies;
 mod workflows;
 
-pub use act::ActionResult;
+pub use effects::{ActionResult, Gate, GateClosed, SKIP_REASONS};
 pub use error::Error;
+pub use judge::Checked;
 pub use line::resolve_line;
 pub use reap::{PreparedReap, ReapError, ReapRequest};
 pub use remote::REMOTE_APP_STATES;
@@ -40,7 +42,9 @@ pub use remote::REMOTE_APP_STATES;
 use crate::audit::Audit;
 use crate::config::Settings;
 use crate::metrics::Metrics;
-use reaper_core::ports::{Clock, Leadership, RegistrySource, TaskStore, ViewWatch};
+use reaper_core::ports::{
+    Clock, Leadership, RegistrySource, ResourceManager, TaskStore, ViewWatch,
+};
 use reaper_core::registry::Detected;
 use reaper_core::{DsLine, Instant, Reason, RegistryView, SafetyState, Zombie};
 use serde::Serialize;
@@ -136,6 +140,8 @@ pub struct Status {
     /// One point per completed sweep of the last hour, oldest first, for
     /// the status page's charts.
     pub history: std::collections::VecDeque<SweepPoint>,
+    /// When the last plan said a later sweep could newly act (the driver's deadline).
+    pub wake: Option<Instant>,
 }
 
 /// What the status page charts of one sweep.
@@ -169,21 +175,14 @@ struct SweepState {
     ghosts: ghosts::GhostState,
 }
 
-/// What a write decision was made on (SPEC §4.1): the registry view's
-/// validity epoch, and leadership. Checked again right before each write
-/// batch and each follow-up; once closed, nothing more is written.
-#[derive(Debug, Clone, Copy)]
-pub struct Gate {
-    pub valid_since: Instant,
-    pub leader_only: bool,
-}
-
 /// The adapters an engine runs on.
 pub struct Ports {
     pub store: Arc<dyn TaskStore>,
     pub registry: Arc<dyn RegistrySource>,
     pub leader: Option<Arc<dyn Leadership>>,
     pub clock: Arc<dyn Clock>,
+    /// SPEC §17: the ResourceManagers; None with `[yarn]` off.
+    pub rm: Option<Arc<dyn ResourceManager>>,
 }
 
 pub struct Engine {
@@ -198,7 +197,7 @@ pub struct Engine {
     state: tokio::sync::Mutex<SweepState>,
     started: Instant,
     /// SPEC §17: the RMs and the ids learned; None with `[yarn]` off.
-    rm: Option<crate::yarn::Rm>,
+    rm: Option<Arc<dyn ResourceManager>>,
     known_apps: Option<Arc<crate::yarn::KnownApps>>,
 }
 
@@ -208,7 +207,7 @@ impl Engine {
     pub fn new(settings: Settings, ports: Ports, metrics: Metrics) -> Engine {
         let audit = Arc::new(Audit::new(settings.audit.path.clone()));
         let started = ports.clock.now();
-        let rm = crate::yarn::Rm::new(&settings.yarn);
+        let rm = ports.rm;
         let known_apps = rm.as_ref().map(|_| {
             Arc::new(crate::yarn::KnownApps::load(
                 crate::yarn::KnownApps::beside(&settings.audit.path),
@@ -289,19 +288,6 @@ impl Engine {
     /// The current leader's id, when election is on and it is known.
     pub fn leader_id(&self) -> Option<String> {
         self.leader.as_ref().and_then(|l| l.leader_id())
-    }
-
-    /// Whether a write decided on `gate` may still go ahead, or why not.
-    fn gate_open(&self, gate: &Gate) -> Result<(), String> {
-        match self.registry.view().valid_since() {
-            Some(since) if since == gate.valid_since => {}
-            Some(_) => return Err("the registry view was rebuilt since the judgement".into()),
-            None => return Err("the registry view is no longer valid".into()),
-        }
-        if gate.leader_only && !self.is_leader() {
-            return Err("no longer the leader".into());
-        }
-        Ok(())
     }
 
     fn status_write(&self) -> std::sync::RwLockWriteGuard<'_, Status> {

@@ -1,8 +1,8 @@
 //! The safe form of the manual SQL for one task (`reap`, `POST .../reap`):
 //! judged as `check` judges, written through the same act pipeline.
 
-use super::act::{Item, NotWritten};
-use super::{ActionResult, Engine, Gate};
+use super::effects::{Context, Effect, Gate, Item, NotWritten, Outcome};
+use super::{ActionResult, Engine};
 use crate::audit::Record;
 use reaper_core::plan::{owner_master, recover_skipped_note};
 use reaper_core::ports::TaskRow;
@@ -164,26 +164,84 @@ impl Engine {
         policy
     }
 
-    /// Writes a prepared reap through the act pipeline.
+    /// Writes a prepared reap through the executor: with `kill_remote_apps`
+    /// the task's live applications are killed first, and its write waits
+    /// for every one to be final.
     pub async fn commit_reap(&self, p: PreparedReap) -> Result<Record, ReapError> {
         // The confirmation may have taken a while: checked again before writing.
         self.ensure_leader()?;
-        let gate = Gate {
-            valid_since: p.valid_since,
-            leader_only: true,
+        let mut zombie = self.remote_hold(&p).await?;
+        zombie.disposition = reaper_core::Disposition::Act;
+        let cx = Context {
+            line: p.line,
+            actor: &p.actor,
+            gate: Gate {
+                valid_since: p.valid_since,
+                leader_only: true,
+                judged_at: self.now(),
+                max_age: None,
+            },
         };
-        // SPEC §17: not even a forced reap re-runs a task whose YARN
-        // application may still run.
+        let mut effects = Vec::new();
+        if self.settings.policy.kill_remote_apps {
+            let live = reaper_core::remote::live_ids(&zombie);
+            for app in zombie
+                .evidence
+                .remote_apps
+                .iter()
+                .filter(|a| live.contains(&a.id))
+            {
+                effects.push(Effect::KillRemoteApp {
+                    zombie: &zombie,
+                    app,
+                });
+            }
+        }
+        effects.push(Effect::TaskBatch(vec![Item {
+            zombie: &zombie,
+            forced: p.forced,
+        }]));
+        let done = match self.execute(effects, &cx).await.pop() {
+            Some(Outcome::Tasks(Ok(done))) => done,
+            Some(Outcome::Tasks(Err(NotWritten::Gate(why)))) | Some(Outcome::Skipped(why)) => {
+                return Err(ReapError::Refused(why.to_string()))
+            }
+            Some(Outcome::Tasks(Err(e @ NotWritten::Audit(_)))) => {
+                return Err(ReapError::Unavailable(e.to_string()))
+            }
+            _ => Vec::new(),
+        };
+        let Some((result, rec)) = done.into_iter().next() else {
+            return Err(ReapError::Refused(format!(
+                "task {}: a remote application may still run after its kill",
+                p.zombie.task.id
+            )));
+        };
+        match result {
+            ActionResult::Ok => Ok(rec),
+            ActionResult::LostRace => Err(ReapError::LostRace(format!(
+                "task {} changed since it was read",
+                p.zombie.task.id
+            ))),
+            ActionResult::Error => Err(ReapError::Unavailable(
+                rec.detail.unwrap_or_else(|| "the write failed".into()),
+            )),
+        }
+    }
+
+    /// SPEC §17: not even a forced reap re-runs a task whose YARN
+    /// application may still run. The RM is asked now (the confirmation may
+    /// have taken a while); refused unless every application is final or,
+    /// with `kill_remote_apps`, live and about to be killed.
+    async fn remote_hold(&self, p: &PreparedReap) -> Result<Zombie, ReapError> {
         let mut zombie = p.zombie.clone();
         zombie.disposition = reaper_core::Disposition::Act;
-        let _ = self
-            .judge_remote_apps(
-                std::slice::from_mut(&mut zombie),
-                &self.view(),
-                p.line,
-                gate,
-            )
+        let answers = self
+            .read_remote_apps(std::slice::from_ref(&zombie.task), &self.view(), false)
             .await;
+        answers
+            .evidence(self.settings.policy.kill_remote_apps)
+            .judge(&mut zombie);
         if let reaper_core::Disposition::Blocked(b) = &zombie.disposition {
             let ids: Vec<&str> = zombie
                 .evidence
@@ -197,30 +255,7 @@ impl Engine {
                 ids.join(", ")
             )));
         }
-        let item = Item {
-            zombie: &zombie,
-            forced: p.forced,
-        };
-        let done = self
-            .act(std::slice::from_ref(&item), p.line, &p.actor, gate)
-            .await
-            .map_err(|e| match e {
-                NotWritten::Gate(why) => ReapError::Refused(why),
-                NotWritten::Audit(why) => ReapError::Unavailable(why),
-            })?;
-        let Some((result, rec)) = done.into_iter().next() else {
-            return Err(ReapError::Unavailable("nothing was attempted".into()));
-        };
-        match result {
-            ActionResult::Ok => Ok(rec),
-            ActionResult::LostRace => Err(ReapError::LostRace(format!(
-                "task {} changed since it was read",
-                p.zombie.task.id
-            ))),
-            ActionResult::Error => Err(ReapError::Unavailable(
-                rec.detail.unwrap_or_else(|| "the write failed".into()),
-            )),
-        }
+        Ok(zombie)
     }
 }
 

@@ -3,7 +3,7 @@
 
 use super::{Engine, SweepState};
 use crate::audit::{AuditEvent, Record};
-use reaper_core::{Candidate, DsLine, Instant, Plan};
+use reaper_core::{BrakeState, DsLine, IdSet, Instant, Zombie};
 
 /// Detection records are appended in batches of at most this many, so a
 /// mass event never builds one huge buffer.
@@ -13,13 +13,13 @@ impl Engine {
     pub(super) async fn record_detection(
         &self,
         st: &mut SweepState,
-        plan: &Plan,
-        candidates: &[Candidate],
+        zombies: &[Zombie],
+        live: &IdSet,
         line: DsLine,
         now: Instant,
     ) {
         let mut records = Vec::new();
-        for z in &plan.zombies {
+        for z in zombies {
             if st.seen.get(&z.task.id) != Some(&z.reason) {
                 st.seen.insert(z.task.id, z.reason);
                 self.metrics
@@ -41,8 +41,7 @@ impl Engine {
             }
         }
         // Forget tasks that are no longer live rows, so the map stays bounded.
-        if st.seen.len() > plan.zombies.len() {
-            let live: std::collections::HashSet<i64> = candidates.iter().map(|c| c.id).collect();
+        if st.seen.len() > zombies.len() {
             st.seen.retain(|id, _| live.contains(id));
         }
         if let Err(e) = self.audit.append_blocking(records).await {
@@ -53,26 +52,23 @@ impl Engine {
     pub(super) async fn record_brake(
         &self,
         was_engaged: bool,
-        plan: &Plan,
+        brake: &BrakeState,
         line: DsLine,
         now: Instant,
     ) {
-        let engaged = plan.next.brake.engaged();
+        let engaged = brake.engaged();
         if engaged == was_engaged {
             return;
         }
         let mut r = Record::event(AuditEvent::Brake, "daemon", now);
         r.ds_line = Some(line.as_str().to_string());
         r.detail = Some(if engaged {
-            format!(
-                "engaged: {}",
-                plan.next.brake.why.clone().unwrap_or_default()
-            )
+            format!("engaged: {}", brake.why.clone().unwrap_or_default())
         } else {
             "released".to_string()
         });
         if engaged {
-            tracing::error!(why = ?plan.next.brake.why, "brake engaged: no action until the condition clears");
+            tracing::error!(why = ?brake.why, "brake engaged: no action until the condition clears");
         } else {
             tracing::info!("brake released");
         }

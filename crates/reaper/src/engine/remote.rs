@@ -1,17 +1,21 @@
-//! Remote YARN applications before any action on a task (SPEC §17): learn
-//! the ids the agents report (kept on disk), ask the RM about each of a
-//! zombie's applications, kill live ones first when the policy says so, and
-//! hold the task while any may run. The decision itself is the pure
-//! `reaper_core::remote::decide`.
+//! Remote YARN applications (SPEC §17), the read side: the ids the agents
+//! report are learned (kept on disk), and — before the sweep plans — the
+//! ResourceManager is asked about every application of the candidates and
+//! the listed tasks with known ids, concurrently and within one deadline per
+//! sweep. An id not answered in time is unknown: its task is held. The
+//! planner then uses the answers as evidence (`RemoteEvidence`); the kills
+//! are effects (`effects::remote`).
 
-use super::{Engine, Gate};
-use crate::audit::{AuditEvent, RecordKind};
+use super::Engine;
 use crate::yarn::{KnownApps, Learned};
+use futures::StreamExt;
 use reaper_core::ghost::Ghost;
-use reaper_core::remote::{apply, decide, is_app_id, AppPhase, RemoteApp, RemoteDecision};
-use reaper_core::{Disposition, DsLine, RegistryView, Zombie};
+use reaper_core::ports::ResourceManager;
+use reaper_core::remote::{is_app_id, AppPhase, RemoteApp, RemoteEvidence};
+use reaper_core::{Candidate, RegistryView};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The `state` labels of `ds_reaper_remote_apps`: the RM's states in lower
 /// case, and `unknown` for an application the RM could not tell about.
@@ -31,18 +35,79 @@ pub const REMOTE_APP_STATES: [&str; 9] = [
 /// (their tasks hold) until a later sweep.
 const MAX_ASKED: usize = 500;
 
-/// The RM's answers of one sweep, by application id: a task that is both a
-/// zombie and a ghost is asked about once, and the gauge counts each
-/// application once.
-#[derive(Default)]
+/// Requests to the RMs in flight at once.
+const CONCURRENCY: usize = 16;
+
+/// The RM's answers of one sweep: by task, the ids it knows; by id, the
+/// answer (each application asked once, whether a zombie's or a ghost's).
+#[derive(Debug, Default)]
 pub(super) struct Answers {
-    apps: BTreeMap<String, RemoteApp>,
-    /// Requests made (at most [`MAX_ASKED`]).
-    asked: usize,
+    pub by_task: BTreeMap<i64, BTreeSet<String>>,
+    pub apps: BTreeMap<String, RemoteApp>,
 }
 
-/// The ids the agents report now, by task (every report the view keeps, as
-/// the zombies' judgement reads them).
+impl Answers {
+    /// A task's applications with their answers.
+    pub fn of(&self, task_id: i64) -> Vec<RemoteApp> {
+        self.by_task
+            .get(&task_id)
+            .into_iter()
+            .flatten()
+            .map(|id| {
+                self.apps
+                    .get(id)
+                    .cloned()
+                    .unwrap_or_else(|| RemoteApp::unknown(id.clone()))
+            })
+            .collect()
+    }
+
+    /// The evidence the task planner holds tasks by.
+    pub fn evidence(&self, kill: bool) -> RemoteEvidence {
+        RemoteEvidence {
+            apps: self.by_task.keys().map(|t| (*t, self.of(*t))).collect(),
+            kill,
+        }
+    }
+
+    /// Shows each ghost's applications as the zombie view shows a zombie's.
+    pub fn on_ghosts(&self, ghosts: &mut [Ghost]) {
+        for g in ghosts {
+            if self.by_task.contains_key(&g.task_id) {
+                g.remote_apps = self.of(g.task_id);
+            }
+        }
+    }
+}
+
+/// Every id once, those of tasks whose host is not a live worker first: the
+/// likely zombies are asked about before the cap of [`MAX_ASKED`] is reached.
+fn asking_order(
+    by_task: &BTreeMap<i64, BTreeSet<String>>,
+    candidates: &[Candidate],
+    view: &RegistryView,
+) -> Vec<String> {
+    let lost: BTreeSet<i64> = candidates
+        .iter()
+        .filter(|c| {
+            c.host
+                .as_deref()
+                .is_none_or(|h| view.live(reaper_core::NodeKind::Worker, h).is_none())
+        })
+        .map(|c| c.id)
+        .collect();
+    let mut seen = BTreeSet::new();
+    let (first, rest): (Vec<_>, Vec<_>) = by_task.iter().partition(|(t, _)| lost.contains(t));
+    first
+        .into_iter()
+        .chain(rest)
+        .flat_map(|(_, ids)| ids.iter())
+        .filter(|id| seen.insert(*id))
+        .cloned()
+        .collect()
+}
+
+/// The ids the agents report now, by task.
 fn reported_ids(view: &RegistryView) -> BTreeMap<i64, BTreeSet<String>> {
     let mut reported: BTreeMap<i64, BTreeSet<String>> = BTreeMap::new();
     for seen in view.agents.values() {
@@ -57,57 +122,88 @@ fn reported_ids(view: &RegistryView) -> BTreeMap<i64, BTreeSet<String>> {
 }
 
 impl Engine {
-    /// Learns the agents' ids, then judges every zombie with known ids:
-    /// its applications go into its evidence, and one about to be acted on
-    /// is held (or its live applications killed first) per SPEC §17.
-    /// Returns the RM's answers, for the ghosts of the same sweep.
-    pub(super) async fn judge_remote_apps(
+    /// The read step's remote part: learns the agents' ids, then asks the
+    /// RM about every known application of `candidates` and of the tasks the
+    /// agents list, within the sweep's RM budget. Empty with `[yarn]` off.
+    pub(super) async fn read_remote_apps(
         &self,
-        zombies: &mut [Zombie],
+        candidates: &[Candidate],
         view: &RegistryView,
-        line: DsLine,
-        gate: Gate,
+        with_listed: bool,
     ) -> Answers {
         let mut answers = Answers::default();
         let (Some(rm), Some(known)) = (&self.rm, &self.known_apps) else {
             return answers;
         };
         self.learn_app_ids(known, view).await;
-        let mut reported = reported_ids(view);
-
-        let kill_policy = self.settings.policy.kill_remote_apps;
-        for z in zombies.iter_mut() {
-            let mut ids = known.ids(z.task.id);
-            ids.extend(reported.remove(&z.task.id).unwrap_or_default());
-            if ids.is_empty() {
-                continue;
+        let reported = reported_ids(view);
+        let kept = known.all();
+        let live: BTreeSet<i64> = candidates.iter().map(|c| c.id).collect();
+        let listed: BTreeSet<i64> = view
+            .agents
+            .values()
+            .filter(|_| with_listed)
+            .filter_map(|a| a.report.as_ref())
+            .flat_map(|r| r.tasks.iter().map(|t| t.task_id))
+            .collect();
+        for (task, ids) in kept.into_iter().chain(reported) {
+            // a kept id matters for a live row or a listed task (a ghost)
+            if live.contains(&task) || listed.contains(&task) {
+                answers.by_task.entry(task).or_default().extend(ids);
             }
-            let mut apps = ask(rm, z.task.id, ids, &mut answers).await;
-            let may_kill = kill_policy && z.disposition == Disposition::Act;
-            let mut decision = decide(&apps, may_kill);
-            if let RemoteDecision::Kill(live) = &decision {
-                match self.gate_open(&gate) {
-                    Ok(()) => {
-                        for id in live {
-                            self.kill_remote_app(z, id, &apps, line).await;
-                        }
-                        for a in apps.iter_mut().filter(|a| live.contains(&a.id)) {
-                            *a = rm.app(&a.id).await.0;
-                            answers.apps.insert(a.id.clone(), a.clone());
-                        }
-                        decision = decide(&apps, false);
+        }
+        answers.apps = self
+            .ask(rm.clone(), asking_order(&answers.by_task, candidates, view))
+            .await;
+        answers
+    }
+
+    /// Each id as the RM answers within the sweep's budget; past
+    /// [`MAX_ASKED`], or not answered in time, an application is unknown.
+    async fn ask(
+        &self,
+        rm: Arc<dyn ResourceManager>,
+        ids: Vec<String>,
+    ) -> BTreeMap<String, RemoteApp> {
+        let mut apps: BTreeMap<String, RemoteApp> = ids
+            .iter()
+            .map(|id| (id.clone(), RemoteApp::unknown(id.clone())))
+            .collect();
+        let budget = self.rm_budget();
+        let deadline = tokio::time::Instant::now() + budget;
+        let asked: Vec<String> = ids.into_iter().take(MAX_ASKED).collect();
+        let mut answers = futures::stream::iter(asked)
+            .map(|id| {
+                let rm = rm.clone();
+                async move { rm.app(&id).await }
+            })
+            .buffer_unordered(CONCURRENCY);
+        loop {
+            match tokio::time::timeout_at(deadline, answers.next()).await {
+                Ok(Some(a)) => {
+                    if let Some(why) = &a.unknown_why {
+                        tracing::warn!(app_id = %a.app.id, %why, "remote application state unknown");
                     }
-                    Err(why) => {
-                        tracing::warn!(task_id = z.task.id, %why, "remote applications not killed")
-                    }
+                    apps.insert(a.app.id.clone(), a.app);
+                }
+                Ok(None) => break,
+                Err(_) => {
+                    let waiting = apps.values().filter(|a| a.state.is_none()).count();
+                    tracing::warn!(budget = ?budget, waiting,
+                        "the ResourceManagers did not answer within the sweep's budget; those applications are unknown");
+                    break;
                 }
             }
-            if decision != RemoteDecision::Act && z.disposition == Disposition::Act {
-                tracing::info!(task_id = z.task.id, apps = ?apps, ?decision, "held: a remote application may still run");
-            }
-            apply(z, apps, &decision);
         }
-        answers
+        apps
+    }
+
+    /// `[yarn] sweep_budget`, else a third of the sweep interval.
+    fn rm_budget(&self) -> Duration {
+        self.settings
+            .yarn
+            .sweep_budget
+            .unwrap_or(self.settings.reconcile.sweep_interval / 3)
     }
 
     /// Keeps every application id the agents report (SPEC §17: an id is
@@ -165,14 +261,14 @@ impl Engine {
     /// `KnownApps::forget_over`); `candidates` are the scan's live rows.
     pub(super) async fn forget_remote_apps(
         &self,
-        candidates: &[reaper_core::Candidate],
+        live: BTreeSet<i64>,
         view: &RegistryView,
         now: reaper_core::Instant,
     ) {
         let Some(known) = self.known_apps.clone() else {
             return;
         };
-        let mut live: BTreeSet<i64> = candidates.iter().map(|c| c.id).collect();
+        let mut live = live;
         live.extend(
             view.agents
                 .values()
@@ -187,30 +283,6 @@ impl Engine {
             ),
             Ok(Err(e)) => tracing::warn!(error = %e, "cannot compact the remote applications file"),
             Err(e) => tracing::warn!(error = %e, "compacting the remote applications file failed"),
-        }
-    }
-
-    /// Shows each ghost's applications as the zombie view shows a zombie's
-    /// (SPEC §17): the ids kept for its task and those the agents report
-    /// now, with the RM's answers. A ghost's action is the agent's kill of
-    /// local processes, so nothing here holds or kills it.
-    pub(super) async fn ghost_remote_apps(
-        &self,
-        ghosts: &mut [Ghost],
-        view: &RegistryView,
-        answers: &mut Answers,
-    ) {
-        let (Some(rm), Some(known)) = (&self.rm, &self.known_apps) else {
-            return;
-        };
-        let mut reported = reported_ids(view);
-        for g in ghosts.iter_mut() {
-            let mut ids = known.ids(g.task_id);
-            ids.extend(reported.remove(&g.task_id).unwrap_or_default());
-            if ids.is_empty() {
-                continue;
-            }
-            g.remote_apps = ask(rm, g.task_id, ids, answers).await;
         }
     }
 
@@ -229,87 +301,6 @@ impl Engine {
             self.metrics.remote_apps.with_label_values(&[s]).set(n);
         }
     }
-
-    /// Kills one application, audited as its own intent and outcome.
-    async fn kill_remote_app(&self, z: &Zombie, id: &str, apps: &[RemoteApp], line: DsLine) {
-        let rm = self.rm.as_ref().expect("checked by the caller");
-        let mut r = self.base_record(AuditEvent::Intent, "daemon", z, line, self.now());
-        r.kind = Some(RecordKind::RemoteApp);
-        r.app_id = Some(id.to_string());
-        r.action = Some("kill".into());
-        r.from_state = apps
-            .iter()
-            .find(|a| a.id == id)
-            .and_then(|a| a.state.clone());
-        r.to_state = Some("KILLED".into());
-        let intent = r.clone();
-        if let Err(e) = self.audit.append_blocking(vec![intent]).await {
-            tracing::error!(error = %e, app_id = id, "cannot audit the kill; not killing");
-            self.metrics
-                .remote_app_kills_total
-                .with_label_values(&["error"])
-                .inc();
-            return;
-        }
-        let result = rm.kill(id).await;
-        r.ts = self.now();
-        match &result {
-            Ok(()) => {
-                r.event = AuditEvent::Done;
-                tracing::warn!(
-                    task_id = z.task.id,
-                    app_id = id,
-                    "remote application killed"
-                );
-            }
-            Err(e) => {
-                r.event = AuditEvent::Error;
-                r.detail = Some(e.clone());
-                tracing::error!(task_id = z.task.id, app_id = id, error = %e, "remote application kill failed");
-            }
-        }
-        self.metrics
-            .remote_app_kills_total
-            .with_label_values(&[if result.is_ok() { "killed" } else { "error" }])
-            .inc();
-        if let Err(e) = self.audit.append_blocking(vec![r]).await {
-            tracing::error!(error = %e, "cannot write the audit trail");
-        }
-    }
-}
-
-/// Each of `ids` as the RM answers, reusing this sweep's answers; past
-/// [`MAX_ASKED`] requests an application counts as unknown.
-async fn ask(
-    rm: &crate::yarn::Rm,
-    task_id: i64,
-    ids: BTreeSet<String>,
-    answers: &mut Answers,
-) -> Vec<RemoteApp> {
-    let mut apps = Vec::with_capacity(ids.len());
-    for id in ids {
-        if let Some(a) = answers.apps.get(&id) {
-            apps.push(a.clone());
-            continue;
-        }
-        let app = if answers.asked >= MAX_ASKED {
-            RemoteApp {
-                id,
-                state: None,
-                final_status: None,
-            }
-        } else {
-            answers.asked += 1;
-            let (app, why) = rm.app(&id).await;
-            if let Some(why) = why {
-                tracing::warn!(task_id, app_id = %app.id, %why, "remote application state unknown");
-            }
-            app
-        };
-        answers.apps.insert(app.id.clone(), app.clone());
-        apps.push(app);
-    }
-    apps
 }
 
 fn label(a: &RemoteApp) -> &'static str {

@@ -69,6 +69,7 @@ fn rig(tune: impl FnOnce(&mut Settings)) -> Rig {
         registry: reg.clone(),
         leader: Some(leader.clone()),
         clock: TokioClock::new(t0()),
+        rm: crate::yarn::resource_manager(&s.yarn),
     };
     let engine = Arc::new(Engine::new(s, ports, crate::metrics::Metrics::new()));
     Rig {

@@ -33,6 +33,7 @@ fn engine(store: Arc<MemStore>, dir: &std::path::Path) -> SharedEngine {
         registry: reg,
         leader: Some(Switch::new(true, "x")),
         clock: TokioClock::new(t0()),
+        rm: crate::yarn::resource_manager(&s.yarn),
     };
     Arc::new(Engine::new(s, ports, crate::metrics::Metrics::new()))
 }
@@ -174,7 +175,7 @@ async fn check_lists_anomalies_without_writing_or_auditing() {
     let store = MemStore::new(DsLine::V3_2);
     store.insert(row(1, 0, None, 31 * 60));
     let e = engine(store.clone(), dir.path());
-    let found = e.check_anomalies().await.unwrap();
+    let found = e.check().await.unwrap().anomalies;
     assert_eq!(found.len(), 1);
     assert_eq!(found[0].kind, AnomalyKind::DispatchStalled);
     assert!(e.audit.tail(10).unwrap().is_empty());

@@ -113,6 +113,16 @@ impl KnownApps {
             .unwrap_or_default()
     }
 
+    /// Every task's known ids (a snapshot: the sweep intersects it with its
+    /// candidates, where a lookup per live row would take the lock 100,000 times).
+    pub fn all(&self) -> BTreeMap<i64, BTreeSet<String>> {
+        self.st()
+            .tasks
+            .iter()
+            .map(|(t, e)| (*t, e.ids.clone()))
+            .collect()
+    }
+
     /// The number of task instances with known ids.
     pub fn tasks(&self) -> usize {
         self.st().tasks.len()

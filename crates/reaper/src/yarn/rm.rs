@@ -2,12 +2,22 @@
 //! redirects followed by hand.
 
 use crate::config::yarn::Yarn;
+use reaper_core::ports::{AppAnswer, BoxFuture, PortError, ResourceManager};
 use reaper_core::remote::{is_app_id, RemoteApp};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// Redirects followed per request (a standby to the active, at most twice).
 const MAX_HOPS: usize = 3;
+
+/// The most of an RM's answer that is read (SPEC §17): a larger body is no
+/// answer, whatever it says.
+const MAX_BODY: usize = 1 << 20;
+
+/// Why an RM call came back with no usable answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct RmError(String);
 
 /// A client of the configured ResourceManagers.
 pub struct Rm {
@@ -62,7 +72,7 @@ impl Rm {
         method: reqwest::Method,
         path: &str,
         body: Option<&serde_json::Value>,
-    ) -> Result<Answer, String> {
+    ) -> Result<Answer, RmError> {
         let n = self.bases.len();
         let first = self.preferred.load(Ordering::Relaxed) % n;
         let mut why = Vec::new();
@@ -95,8 +105,17 @@ impl Rm {
                         .map(str::to_string);
                     match loc {
                         Some(l) if hops < MAX_HOPS => {
+                            let next = absolute(&url, &l);
+                            // only to an RM of the configuration: a redirect
+                            // elsewhere could make anything "the RM's answer"
+                            if !self.bases.iter().any(|b| same_origin(b, &next)) {
+                                why.push(format!(
+                                    "{url}: redirect to {next}, not a configured ResourceManager"
+                                ));
+                                break;
+                            }
                             hops += 1;
-                            url = self.with_user(&absolute(&url, &l));
+                            url = self.with_user(&next);
                             continue;
                         }
                         _ => {
@@ -109,24 +128,27 @@ impl Rm {
                     why.push(format!("{url}: HTTP {status}"));
                     break;
                 }
-                let text = resp.text().await.unwrap_or_default();
-                let body = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+                let body = match read_body(resp).await {
+                    Ok(b) => b,
+                    // only a 200's body is believed; other answers are judged by their status
+                    Err(e) if status == 200 => {
+                        why.push(format!("{url}: {e}"));
+                        break;
+                    }
+                    Err(_) => serde_json::Value::Null,
+                };
                 self.preferred.store(i, Ordering::Relaxed);
                 return Ok(Answer { status, body });
             }
         }
-        Err(why.join("; "))
+        Err(RmError(why.join("; ")))
     }
 
     /// The application's state as the RM says it; `state: None` when it
     /// cannot be known (no RM answered, 404: an id the RM does not know or
     /// no longer keeps is unknown, never finished).
     pub async fn app(&self, id: &str) -> (RemoteApp, Option<String>) {
-        let mut app = RemoteApp {
-            id: id.to_string(),
-            state: None,
-            final_status: None,
-        };
+        let mut app = RemoteApp::unknown(id);
         if !is_app_id(id) {
             return (app, Some("not an application id".into()));
         }
@@ -139,12 +161,21 @@ impl Rm {
             .await
         {
             Ok(a) if a.status == 200 => {
-                let s = a.body["app"]["state"].as_str().map(str::to_string);
-                app.final_status = a.body["app"]["finalStatus"].as_str().map(str::to_string);
-                if s.is_none() {
+                let answered = &a.body["app"];
+                let s = answered["state"].as_str().map(str::to_string);
+                if answered["id"].as_str() != Some(id) {
+                    // believed only when it names the id asked (SPEC §17)
+                    Some(format!(
+                        "the RM's answer names {:?}, not the application asked",
+                        answered["id"].as_str().unwrap_or("no id")
+                    ))
+                } else if s.is_none() {
                     Some("the RM's answer has no app.state".to_string())
                 } else {
                     app.state = s;
+                    app.final_status = answered["finalStatus"].as_str().map(str::to_string);
+                    app.started_time = answered["startedTime"].as_i64().filter(|t| *t > 0);
+                    app.user = answered["user"].as_str().map(str::to_string);
                     None
                 }
             }
@@ -157,9 +188,9 @@ impl Rm {
 
     /// Asks the RM to kill the application and waits (202 → the same
     /// request again) until it answers 200, within ten request timeouts.
-    pub async fn kill(&self, id: &str) -> Result<(), String> {
+    pub async fn kill(&self, id: &str) -> Result<(), RmError> {
         if !is_app_id(id) {
-            return Err("not an application id".into());
+            return Err(RmError("not an application id".into()));
         }
         let path = format!("/ws/v1/cluster/apps/{id}/state");
         let body = serde_json::json!({ "state": "KILLED" });
@@ -169,24 +200,73 @@ impl Rm {
             let a = self
                 .call(reqwest::Method::PUT, &path, Some(&body))
                 .await
-                .map_err(|e| format!("no ResourceManager answered: {e}"))?;
+                .map_err(|e| RmError(format!("no ResourceManager answered: {e}")))?;
             match a.status {
                 200 => return Ok(()),
                 202 => {}
                 403 => {
-                    return Err(
-                        "the RM refused (403): the user (yarn.user) may not kill it".to_string()
-                    )
+                    return Err(RmError(
+                        "the RM refused (403): the user (yarn.user) may not kill it".to_string(),
+                    ))
                 }
-                s => return Err(format!("the RM answered HTTP {s}: {}", a.body)),
+                s => return Err(RmError(format!("the RM answered HTTP {s}: {}", a.body))),
             }
             if tokio::time::Instant::now() + pause > deadline {
-                return Err("the kill was accepted (202) but had not completed in time".into());
+                return Err(RmError(
+                    "the kill was accepted (202) but had not completed in time".into(),
+                ));
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_secs(2));
         }
     }
+}
+
+impl ResourceManager for Rm {
+    fn app<'a>(&'a self, id: &'a str) -> BoxFuture<'a, AppAnswer> {
+        Box::pin(async move {
+            let (app, unknown_why) = Rm::app(self, id).await;
+            AppAnswer { app, unknown_why }
+        })
+    }
+
+    fn kill<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
+        Box::pin(async move { Rm::kill(self, id).await.map_err(PortError::unavailable) })
+    }
+}
+
+/// An answer's body as JSON, read only up to [`MAX_BODY`]: a larger or
+/// non-JSON body is no answer.
+async fn read_body(mut resp: reqwest::Response) -> Result<serde_json::Value, RmError> {
+    if resp.content_length().is_some_and(|n| n > MAX_BODY as u64) {
+        return Err(RmError(format!("an answer over {MAX_BODY} bytes")));
+    }
+    let mut buf = Vec::new();
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .map_err(|e| RmError(format!("the answer broke off: {e}")))?
+    {
+        if buf.len() + chunk.len() > MAX_BODY {
+            return Err(RmError(format!("an answer over {MAX_BODY} bytes")));
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    if buf.iter().all(u8::is_ascii_whitespace) {
+        // a 202 or a 404 may come with no body at all
+        return Ok(serde_json::Value::Null);
+    }
+    serde_json::from_slice(&buf).map_err(|e| RmError(format!("an answer that is not JSON: {e}")))
+}
+
+/// Whether `url` is on the origin (scheme, host, port) of the RM `base`.
+fn same_origin(base: &str, url: &str) -> bool {
+    let origin = |u: &str| {
+        let rest = u.split_once("://").map(|(_, r)| r).unwrap_or(u);
+        let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+        host.to_ascii_lowercase()
+    };
+    url.starts_with("http://") && origin(base) == origin(url)
 }
 
 /// `loc` (a Location header) against the URL it answered.

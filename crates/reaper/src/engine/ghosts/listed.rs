@@ -20,7 +20,7 @@ pub(in crate::engine) struct Listed {
     pub(super) live: IdSet,
     /// The order nodes in the registry; None when they could not be read
     /// (no order is then written: one may be outstanding).
-    pub(super) orders: Option<Vec<(String, KillOrder)>>,
+    pub(in crate::engine) orders: Option<Vec<(String, KillOrder)>>,
 }
 
 impl Engine {

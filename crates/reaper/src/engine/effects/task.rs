@@ -1,15 +1,16 @@
-//! The act pipeline, written once for the daemon and for `reap`: audit
-//! intents (on disk first, SPEC §4.7) → one conditional batch write (§4.2) →
-//! outcomes, then each applied write's follow-ups under the gate (§4.1).
+//! The task batch effect, for the daemon and for `reap` alike: intents on
+//! disk first (SPEC §4.7) → one conditional batch write (§4.2) → outcomes,
+//! then each applied write's follow-ups under the gate (§4.1).
 
-use super::{Engine, Gate};
-use crate::audit::{AuditEvent, Record, RecordKind, TAIL};
-use reaper_core::ports::{FollowUpOutcome, FollowUpRequest, PortError, TaskWrite, WriteOutcome};
+use super::{Context, Engine, Gate, GateClosed};
+use crate::audit::{AuditError, AuditEvent, Record, RecordKind};
+use reaper_core::ports::{
+    FollowUpOutcome, FollowUpRequest, GateRefused, PortError, TaskWrite, WriteOutcome,
+};
 use reaper_core::{Action, DsLine, FollowUp, Instant, NodeKind, Zombie};
-use std::collections::BTreeMap;
 
 /// The intents back from the audit, or why they could not be written.
-type Appended = Result<Vec<Record>, String>;
+type Appended = Result<Vec<Record>, AuditError>;
 
 /// The `result` label of `actions_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,23 +40,26 @@ impl ActionResult {
 
 /// One write to make: a judged zombie, or a forced task (`reap --force`,
 /// audited with reason `forced`).
-pub(super) struct Item<'a> {
+pub(in crate::engine) struct Item<'a> {
     pub zombie: &'a Zombie,
     pub forced: bool,
 }
 
 /// Why nothing at all was written.
-pub(super) enum NotWritten {
+#[derive(Debug, thiserror::Error)]
+pub(in crate::engine) enum NotWritten {
     /// The view changed or leadership was lost since the judgement.
-    Gate(String),
+    #[error(transparent)]
+    Gate(#[from] GateClosed),
     /// The intents could not be audited: no audit, no write.
-    Audit(String),
+    #[error("cannot write the audit trail, not writing: {0}")]
+    Audit(#[source] AuditError),
 }
 
 const LOST_RACE: &str = "the row changed since it was read; not retried";
 
 impl Engine {
-    pub(super) fn base_record(
+    pub(in crate::engine) fn base_record(
         &self,
         event: AuditEvent,
         actor: &str,
@@ -88,17 +92,16 @@ impl Engine {
 
     /// Writes the items (intent → write → outcome) and their follow-ups.
     /// Returns each item's result with its outcome record, in order.
-    pub(super) async fn act(
+    pub(super) async fn task_batch(
         &self,
         items: &[Item<'_>],
-        line: DsLine,
-        actor: &str,
-        gate: Gate,
+        cx: &Context<'_>,
     ) -> Result<Vec<(ActionResult, Record)>, NotWritten> {
         if items.is_empty() {
             return Ok(Vec::new());
         }
-        self.gate_open(&gate).map_err(NotWritten::Gate)?;
+        let (line, actor, gate) = (cx.line, cx.actor, cx.gate);
+        self.gate_open(&gate)?;
         let now = self.now();
         let (outcomes, appended) = self.write_behind_audit(items, line, actor, now).await;
         let intents = match appended {
@@ -108,9 +111,7 @@ impl Engine {
                 for it in items {
                     self.count(it.zombie.action, ActionResult::Error);
                 }
-                return Err(NotWritten::Audit(format!(
-                    "cannot write the audit trail, not writing: {e}"
-                )));
+                return Err(NotWritten::Audit(e));
             }
         };
         let done = match outcomes {
@@ -139,7 +140,8 @@ impl Engine {
         items
             .iter()
             .map(|it| {
-                let mut r = self.base_record(AuditEvent::Intent, actor, it.zombie, line, now);
+                // the event is set by `intend`
+                let mut r = self.base_record(AuditEvent::Detected, actor, it.zombie, line, now);
                 if it.forced {
                     r.reason = Some("forced".into());
                 }
@@ -177,10 +179,13 @@ impl Engine {
         // overlaps building the intents and their fsync. It waits for them
         // through `before_write` and changes no row before they are on disk.
         // Dropping the handle (the sweep cancelled) aborts it, rolling back.
-        let (tx, rx) = tokio::sync::oneshot::channel::<Result<(), String>>();
+        let (tx, rx) = tokio::sync::oneshot::channel::<Result<(), GateRefused>>();
         let before_write = Box::pin(async move {
-            rx.await
-                .unwrap_or_else(|_| Err("the audit append ended without a result".to_string()))
+            rx.await.unwrap_or_else(|_| {
+                Err(GateRefused(
+                    "the audit append ended without a result".to_string(),
+                ))
+            })
         });
         let store = self.store.clone();
         let writing = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
@@ -191,12 +196,13 @@ impl Engine {
         // yield once so that the store sends its first statement now.
         tokio::task::yield_now().await;
         let intents = self.intents(items, line, actor, now);
-        let appended = self
-            .audit
-            .append_returning(intents)
-            .await
-            .map_err(|e| e.to_string());
-        let _ = tx.send(appended.as_ref().map(|_| ()).map_err(Clone::clone));
+        let appended = self.intend(intents).await;
+        let _ = tx.send(
+            appended
+                .as_ref()
+                .map(|_| ())
+                .map_err(|e| GateRefused(e.to_string())),
+        );
         // Whatever the store did, the intents ended on file (or failed to)
         // before any outcome is recorded.
         let outcomes = match writing.await {
@@ -279,6 +285,10 @@ impl Engine {
         if queue || z.workflow != FollowUp::None {
             // SPEC §4.1: checked again right before each follow-up.
             if let Err(why) = self.gate_open(gate) {
+                self.metrics
+                    .effects_skipped_total
+                    .with_label_values(&[why.label()])
+                    .inc();
                 notes.push(format!("follow-ups not done: {why}"));
                 return Some(notes.join("; "));
             }
@@ -329,63 +339,5 @@ impl Engine {
             }
         }
         (!notes.is_empty()).then(|| notes.join("; "))
-    }
-
-    /// After a crash mid-write, intents may have no outcome. Records one for
-    /// each ("error", interrupted) so the trail stays consistent; the rows
-    /// themselves are judged afresh by the next sweep (a written row is no
-    /// longer live, an unwritten one is still a zombie).
-    pub fn close_dangling_intents(&self) -> usize {
-        let records = match self.audit.tail(TAIL) {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot read the audit trail");
-                return 0;
-            }
-        };
-        let mut open: BTreeMap<(bool, i64, String), Record> = BTreeMap::new();
-        for r in records {
-            // A kill order's outcome is the agent's answer, which may come
-            // after a restart (the order node persists): not interrupted.
-            if r.kind == Some(RecordKind::Process) {
-                continue;
-            }
-            let workflow = r.kind == Some(RecordKind::Workflow);
-            let id = if workflow {
-                r.workflow_instance_id
-            } else {
-                r.task_id
-            };
-            let Some(id) = id else { continue };
-            let key = (workflow, id, r.actor.clone());
-            if r.event == AuditEvent::Intent {
-                open.insert(key, r);
-            } else if r.event.is_outcome() {
-                open.remove(&key);
-            }
-        }
-        let now = self.now();
-        let closing: Vec<Record> = open
-            .into_values()
-            .map(|mut r| {
-                r.event = AuditEvent::Error;
-                r.ts = now;
-                r.detail = Some(
-                    "interrupted: stopped before the outcome was recorded; the row is judged again by the next sweep"
-                        .into(),
-                );
-                r
-            })
-            .collect();
-        if !closing.is_empty() {
-            tracing::warn!(
-                count = closing.len(),
-                "audit intents without outcome from a previous run closed as interrupted"
-            );
-            if let Err(e) = self.audit.append(&closing) {
-                tracing::error!(error = %e, "cannot write the audit trail");
-            }
-        }
-        closing.len()
     }
 }

@@ -1,0 +1,276 @@
+//! The sweep's `plan` step: pure judgement of what the read step read,
+//! against a view taken after it (SPEC §4.1). The task plan, then the
+//! workflow and ghost plans share one [`Budget`]; the live-owner findings
+//! are judged alongside. The result is data: what the sweep publishes and
+//! the effects it asks the executor for ([`Judgement::effects`]).
+
+use super::effects::{Effect, Gate, Item};
+use super::read::Read;
+use super::remote::Answers;
+use super::sweep::{Mode, Stop};
+use super::{Engine, SweepState, SweepSummary};
+use reaper_core::anomaly::{plan_task_anomalies, plan_workflow_anomalies, AnomalyReport};
+use reaper_core::ghost::{Ghost, GhostMemory};
+use reaper_core::order::KillOrder;
+use reaper_core::workflow::{plan_workflows, WorkflowFinding};
+use reaper_core::{
+    plan_within, Budget, Disposition, DsLine, IdSet, Instant, RegistryView, SafetyState,
+    UnseenAbsence, ViewState, Zombie,
+};
+use std::sync::Arc;
+
+/// What one sweep (or `check`) judged.
+pub(super) struct Judgement {
+    pub line: DsLine,
+    pub mode: Mode,
+    pub view: Arc<RegistryView>,
+    pub now: Instant,
+    pub gate: Gate,
+    pub full: bool,
+    pub candidates: usize,
+    /// The candidates' ids: what detection records and kept ids are bounded by.
+    pub live: IdSet,
+    pub zombies: Arc<Vec<Zombie>>,
+    /// The task plan's memory for the next sweep, its bucket as the last
+    /// planner left it.
+    pub next: SafetyState,
+    pub was_engaged: bool,
+    /// When a later sweep could newly act on this view (the driver's deadline).
+    pub wake: Option<Instant>,
+    pub workflows: Arc<Vec<WorkflowFinding>>,
+    /// The workflow candidates' ids; None when they were not read.
+    pub workflow_ids: Option<IdSet>,
+    /// The ghosts and the ghost memory to keep; None when the listed tasks
+    /// could not be read (no ghost judged).
+    pub ghosts: Option<(Arc<Vec<Ghost>>, GhostMemory)>,
+    /// The outstanding kill orders; None when they could not be read.
+    pub orders: Option<Vec<(String, KillOrder)>>,
+    pub anomalies: AnomalyReport,
+    pub remote: Answers,
+}
+
+impl Engine {
+    /// `plan`: every planner on the view current now; nothing is written.
+    pub(super) fn judge(
+        &self,
+        st: &SweepState,
+        read: Read,
+        mode: Mode,
+        summary: &mut SweepSummary,
+    ) -> Result<Judgement, Stop> {
+        let view = self.registry.view();
+        self.refresh_gauges(&view);
+        let now = self.now();
+        summary.at = now;
+        let Some(valid_since) = view.valid_since() else {
+            let detail = match &view.state {
+                ViewState::Invalid { reason, .. } => {
+                    Some(format!("registry view invalid: {reason}"))
+                }
+                ViewState::Valid { .. } => None,
+            };
+            return Err(Stop::Skipped(detail));
+        };
+        let line = read.line;
+        let hold = match mode {
+            Mode::Check => Some(
+                read.line_hold
+                    .clone()
+                    .unwrap_or_else(|| "check never writes".into()),
+            ),
+            Mode::Sweep if !self.is_leader() => Some("not the leader".to_string()),
+            Mode::Sweep => read.line_hold.clone(),
+        };
+        let memory = match mode {
+            Mode::Check => SafetyState::default(),
+            Mode::Sweep => st.safety.clone(),
+        };
+        let mut policy = self.settings.policy(line);
+        if mode == Mode::Check {
+            policy.unseen_absence = UnseenAbsence::Unknown;
+            policy.startup_settle = std::time::Duration::ZERO;
+        }
+        let mut budget = Budget::for_sweep(&memory, &policy, now).held(hold);
+        let evidence = read.remote.evidence(self.settings.policy.kill_remote_apps);
+        let plan = plan_within(
+            &view,
+            &read.candidates,
+            now,
+            &policy,
+            &memory,
+            &mut budget,
+            &evidence,
+        );
+        let Read {
+            candidates,
+            states,
+            full,
+            listed,
+            workflows,
+            anomaly_rows,
+            remote,
+            ..
+        } = read;
+        let anomaly_settings = super::anomalies::settings_of(&self.settings);
+        let mut anomalies = plan_task_anomalies(
+            &view,
+            line,
+            &candidates,
+            &anomaly_rows,
+            &states,
+            now,
+            &anomaly_settings,
+        );
+        drop(anomaly_rows);
+        let live: IdSet = candidates.iter().map(|c| c.id).collect();
+        let candidate_count = candidates.len();
+        // the task rows are done with before the workflow plan keeps its own
+        drop(candidates);
+        let (findings, workflow_ids) = match workflows {
+            Some(wfs) => {
+                let mut wp = self.settings.workflow_policy();
+                if mode == Mode::Check {
+                    wp.unseen_absence = UnseenAbsence::Unknown;
+                }
+                let findings = plan_workflows(&view, &wfs, now, line, &wp, &mut budget);
+                anomalies.anomalies.extend(plan_workflow_anomalies(
+                    &view,
+                    line,
+                    &super::anomalies::stopping(&wfs),
+                    now,
+                    &anomaly_settings,
+                ));
+                (findings, Some(wfs.iter().map(|w| w.id).collect()))
+            }
+            None => (Vec::new(), None),
+        };
+        let (ghosts, orders) = match listed {
+            Some(listed) => {
+                let (mut ghosts, memory) =
+                    self.plan_ghost_step(st, &listed, &view, now, line, mode, &mut budget);
+                remote.on_ghosts(&mut ghosts);
+                (Some((Arc::new(ghosts), memory)), listed.orders)
+            }
+            None => (None, None),
+        };
+        let next = SafetyState {
+            bucket: budget.bucket,
+            ..plan.next.clone()
+        };
+        Ok(Judgement {
+            line,
+            mode,
+            gate: Gate {
+                valid_since,
+                leader_only: true,
+                judged_at: now,
+                max_age: Some(self.settings.reconcile.sweep_interval),
+            },
+            now,
+            full,
+            candidates: candidate_count,
+            live,
+            was_engaged: memory.brake.engaged(),
+            wake: plan.wake,
+            zombies: Arc::new(plan.zombies),
+            next,
+            workflows: Arc::new(findings),
+            workflow_ids,
+            ghosts,
+            orders,
+            anomalies,
+            remote,
+            view,
+        })
+    }
+}
+
+impl Judgement {
+    /// The effects the plan asks for, in the order they are carried out:
+    /// the live applications of the tasks about to be written (with
+    /// `kill_remote_apps`), the task batch, the workflow recovers, the kill
+    /// orders. `check` asks for none.
+    pub fn effects(&self, kill_remote_apps: bool) -> Vec<Effect<'_>> {
+        if self.mode == Mode::Check {
+            return Vec::new();
+        }
+        let acting: Vec<&Zombie> = self
+            .zombies
+            .iter()
+            .filter(|z| z.disposition == Disposition::Act)
+            .collect();
+        let mut effects = Vec::new();
+        if kill_remote_apps {
+            for z in &acting {
+                let live = reaper_core::remote::live_ids(z);
+                for app in z
+                    .evidence
+                    .remote_apps
+                    .iter()
+                    .filter(|a| live.contains(&a.id))
+                {
+                    effects.push(Effect::KillRemoteApp { zombie: z, app });
+                }
+            }
+        }
+        if !acting.is_empty() {
+            effects.push(Effect::TaskBatch(
+                acting
+                    .into_iter()
+                    .map(|zombie| Item {
+                        zombie,
+                        forced: false,
+                    })
+                    .collect(),
+            ));
+        }
+        for finding in self
+            .workflows
+            .iter()
+            .filter(|f| f.disposition == Disposition::Act)
+        {
+            effects.push(Effect::Recover {
+                finding,
+                forced: false,
+            });
+        }
+        for ghost in self
+            .ghosts
+            .iter()
+            .flat_map(|(g, _)| g.iter())
+            .filter(|g| g.disposition == Disposition::Act)
+        {
+            effects.push(Effect::KillOrder {
+                ghost,
+                folder: super::ghosts::folder(&self.view, ghost),
+            });
+        }
+        effects
+    }
+}
+
+/// What `check` found: one sweep's judgement, nothing carried out.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    pub line: DsLine,
+    pub at: Instant,
+    pub candidates: usize,
+    pub zombies: Vec<Zombie>,
+    pub workflows: Vec<WorkflowFinding>,
+    pub ghosts: Vec<Ghost>,
+    pub anomalies: Vec<reaper_core::anomaly::Anomaly>,
+}
+
+impl From<Judgement> for Checked {
+    fn from(j: Judgement) -> Checked {
+        Checked {
+            line: j.line,
+            at: j.now,
+            candidates: j.candidates,
+            zombies: j.zombies.to_vec(),
+            workflows: j.workflows.to_vec(),
+            ghosts: j.ghosts.map(|(g, _)| g.to_vec()).unwrap_or_default(),
+            anomalies: j.anomalies.anomalies,
+        }
+    }
+}
