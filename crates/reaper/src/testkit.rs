@@ -545,3 +545,81 @@ impl Clock for TokioClock {
         self.base + reaper_core::delta(elapsed)
     }
 }
+
+/// An in-memory ResourceManager: each application's state by id; one that
+/// never answers (its calls wait forever, as an RM behind a dead network
+/// does); a kill that takes a while before the application reads KILLED.
+#[derive(Default)]
+pub struct MemRm {
+    apps: Mutex<BTreeMap<String, String>>,
+    silent: AtomicBool,
+    kill_takes: Mutex<std::time::Duration>,
+    asked: Mutex<Vec<String>>,
+    killed: Mutex<Vec<String>>,
+}
+
+impl MemRm {
+    pub fn new(apps: &[(&str, &str)]) -> Arc<MemRm> {
+        let rm = MemRm::default();
+        *lock(&rm.apps) = apps
+            .iter()
+            .map(|(id, s)| (id.to_string(), s.to_string()))
+            .collect();
+        Arc::new(rm)
+    }
+
+    /// From now on every call waits forever.
+    pub fn go_silent(&self) {
+        self.silent.store(true, Ordering::SeqCst);
+    }
+
+    /// A kill completes (the application then reads KILLED) after `d`.
+    pub fn kill_takes(&self, d: std::time::Duration) {
+        *lock(&self.kill_takes) = d;
+    }
+
+    pub fn asked(&self) -> Vec<String> {
+        lock(&self.asked).clone()
+    }
+
+    pub fn killed(&self) -> Vec<String> {
+        lock(&self.killed).clone()
+    }
+
+    async fn hang_if_silent(&self) {
+        if self.silent.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl reaper_core::ports::ResourceManager for MemRm {
+    fn app<'a>(&'a self, id: &'a str) -> BoxFuture<'a, reaper_core::ports::AppAnswer> {
+        Box::pin(async move {
+            lock(&self.asked).push(id.to_string());
+            self.hang_if_silent().await;
+            let state = lock(&self.apps).get(id).cloned();
+            let unknown_why = state
+                .is_none()
+                .then(|| "the RM does not know it (404)".into());
+            reaper_core::ports::AppAnswer {
+                app: reaper_core::remote::RemoteApp {
+                    state,
+                    ..reaper_core::remote::RemoteApp::unknown(id)
+                },
+                unknown_why,
+            }
+        })
+    }
+
+    fn kill<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
+        Box::pin(async move {
+            self.hang_if_silent().await;
+            let takes = *lock(&self.kill_takes);
+            tokio::time::sleep(takes).await;
+            lock(&self.killed).push(id.to_string());
+            lock(&self.apps).insert(id.to_string(), "KILLED".into());
+            Ok(())
+        })
+    }
+}

@@ -30,6 +30,8 @@ mod sweep;
 mod tests;
 #[cfg(test)]
 mod tests_anomalies;
+#[cfg(test)]
+mod tests_effects;
 mod workflows;
 
 pub use effects::{ActionResult, Gate, GateClosed, SKIP_REASONS};
