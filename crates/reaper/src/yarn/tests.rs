@@ -293,6 +293,10 @@ struct Stub {
     pending_kills: Mutex<u32>,
     /// (method, path, query, body) of each request.
     seen: Mutex<Vec<(String, String, String, String)>>,
+    /// Answers a GET naming this id instead of the one asked.
+    names: Option<String>,
+    /// Pads a GET's answer past 1 MiB.
+    huge: bool,
 }
 
 async fn handle(
@@ -340,8 +344,17 @@ async fn handle(
         stub.apps.lock().unwrap().insert(id, "KILLED".into());
         return axum::Json(serde_json::json!({"state": "KILLED"})).into_response();
     }
-    axum::Json(serde_json::json!({"app": {"id": id, "state": state, "finalStatus": "UNDEFINED"}}))
-        .into_response()
+    let named = stub.names.clone().unwrap_or(id);
+    let pad = if stub.huge {
+        "x".repeat(1 << 20)
+    } else {
+        String::new()
+    };
+    axum::Json(
+        serde_json::json!({"app": {"id": named, "state": state, "finalStatus": "UNDEFINED",
+        "startedTime": 1_700_000_000_000i64, "user": "etl", "diagnostics": pad}}),
+    )
+    .into_response()
 }
 
 async fn serve(stub: Arc<Stub>) -> String {
@@ -438,4 +451,59 @@ fn locations_are_made_absolute() {
         absolute("http://rm1:8088/ws/v1/x", "http://rm2:8088/ws/v1/x"),
         "http://rm2:8088/ws/v1/x"
     );
+}
+
+/// SPEC §17: an answer is believed only when it is JSON of at most 1 MiB
+/// naming the id asked, and a redirect is followed only to a configured RM.
+#[tokio::test]
+async fn an_answer_about_another_id_a_huge_one_or_from_elsewhere_is_unknown() {
+    let apps = || {
+        Mutex::new(BTreeMap::from([(
+            "application_1_1".to_string(),
+            "RUNNING".to_string(),
+        )]))
+    };
+    let other = Arc::new(Stub {
+        apps: apps(),
+        names: Some("application_9_9".into()),
+        ..Stub::default()
+    });
+    let (app, why) = rm(&[&serve(other).await], "").app("application_1_1").await;
+    assert_eq!(app.state, None, "an answer about another application");
+    assert!(why.unwrap().contains("application_9_9"));
+
+    let huge = Arc::new(Stub {
+        apps: apps(),
+        huge: true,
+        ..Stub::default()
+    });
+    let (app, why) = rm(&[&serve(huge).await], "").app("application_1_1").await;
+    assert_eq!(app.state, None, "an answer over 1 MiB");
+    assert!(why.unwrap().contains("over"));
+
+    // a standby sending the request to an RM that is not configured
+    let elsewhere = Arc::new(Stub {
+        apps: apps(),
+        ..Stub::default()
+    });
+    let e = serve(elsewhere.clone()).await;
+    let standby = Arc::new(Stub {
+        redirect_to: Some(e),
+        ..Stub::default()
+    });
+    let s = serve(standby).await;
+    let (app, why) = rm(&[&s], "").app("application_1_1").await;
+    assert_eq!(app.state, None, "a redirect outside resource_managers");
+    assert!(why.unwrap().contains("not a configured ResourceManager"));
+    assert!(elsewhere.seen.lock().unwrap().is_empty(), "never asked");
+
+    // the RM's own answer carries what ownership is judged by
+    let good = Arc::new(Stub {
+        apps: apps(),
+        ..Stub::default()
+    });
+    let (app, why) = rm(&[&serve(good).await], "").app("application_1_1").await;
+    assert_eq!(app.state.as_deref(), Some("RUNNING"), "{why:?}");
+    assert_eq!(app.started_time, Some(1_700_000_000_000));
+    assert_eq!(app.user.as_deref(), Some("etl"));
 }
