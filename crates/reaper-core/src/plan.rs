@@ -58,6 +58,9 @@ pub enum Blocked {
     /// The ResourceManager could not say whether the task's applications
     /// run (SPEC §17).
     RemoteAppUnknown,
+    /// A YARN task whose host's agent can read no application-id source
+    /// (SPEC §17, `[yarn] require_ids`): its application may run unseen.
+    RemoteAppIdsUnknown,
 }
 
 /// The note of a SUB_PROCESS task whose child workflow still runs.
@@ -79,6 +82,7 @@ impl Blocked {
             Blocked::ChildWorkflowRunning => CHILD_WORKFLOW_RUNNING.into(),
             Blocked::RemoteAppRunning => crate::remote::REMOTE_APP_RUNNING.into(),
             Blocked::RemoteAppUnknown => crate::remote::REMOTE_APP_UNKNOWN.into(),
+            Blocked::RemoteAppIdsUnknown => crate::remote::REMOTE_APP_IDS_UNKNOWN.into(),
         }
     }
 }

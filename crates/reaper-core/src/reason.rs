@@ -81,4 +81,8 @@ pub struct Evidence {
     /// The task's known YARN applications with the RM's answers (SPEC §17).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub remote_apps: Vec<crate::remote::RemoteApp>,
+    /// Ids found for the task that are not its own (SPEC §17: started before
+    /// it, another user's, or another task's too): shown, never killed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub foreign_app_ids: Vec<String>,
 }

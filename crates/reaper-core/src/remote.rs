@@ -10,6 +10,44 @@ use serde::{Deserialize, Serialize};
 pub const REMOTE_APP_RUNNING: &str = "remote_app_running";
 /// The note of a task held because the RM could not say.
 pub const REMOTE_APP_UNKNOWN: &str = "remote_app_unknown";
+/// The note of a YARN task held because its host's agent reads no id source.
+pub const REMOTE_APP_IDS_UNKNOWN: &str = "remote_app_ids_unknown";
+
+/// The task types whose work runs as a YARN application (SPEC §17), those
+/// any line has.
+pub const YARN_TASK_TYPES: [&str; 6] = ["SPARK", "FLINK", "FLINK_STREAM", "MR", "HIVECLI", "SQOOP"];
+
+pub fn is_yarn_task(task_type: &str) -> bool {
+    YARN_TASK_TYPES
+        .iter()
+        .any(|t| t.eq_ignore_ascii_case(task_type.trim()))
+}
+
+/// Whether an application found for a task is provably not its own (SPEC
+/// §17): the RM says it started before the task (less the clock skew
+/// tolerance), or that another user runs it where the task's tenant is
+/// known, or another task instance has the same id (`shared`). What cannot
+/// be told counts as the task's own: it holds, it is never assumed away.
+pub fn is_foreign(
+    app: &RemoteApp,
+    task_start: Option<crate::Instant>,
+    tenant: Option<&str>,
+    skew: std::time::Duration,
+    shared: bool,
+) -> bool {
+    if shared {
+        return true;
+    }
+    let started = app
+        .started_time
+        .and_then(chrono::DateTime::from_timestamp_millis);
+    if let (Some(started), Some(start)) = (started, task_start) {
+        if started < start - crate::delta(skew) {
+            return true;
+        }
+    }
+    matches!((app.user.as_deref(), tenant), (Some(u), Some(t)) if !u.trim().eq_ignore_ascii_case(t.trim()))
+}
 
 /// One application of a task as the RM last answered.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -108,6 +146,10 @@ pub struct RemoteEvidence {
     pub apps: std::collections::BTreeMap<i64, Vec<RemoteApp>>,
     /// `[policy] kill_remote_apps`.
     pub kill: bool,
+    /// Ids found for each task that are not its own ([`is_foreign`]).
+    pub foreign: std::collections::BTreeMap<i64, Vec<String>>,
+    /// YARN tasks held because their host's agent reads no id source.
+    pub ids_unknown: std::collections::BTreeSet<i64>,
 }
 
 impl RemoteEvidence {
@@ -116,6 +158,13 @@ impl RemoteEvidence {
     /// `kill`) every one not final is live and will be killed first by the
     /// executor. Returns whether it held the zombie.
     pub fn judge(&self, z: &mut Zombie) -> bool {
+        if let Some(foreign) = self.foreign.get(&z.task.id) {
+            z.evidence.foreign_app_ids = foreign.clone();
+        }
+        if self.ids_unknown.contains(&z.task.id) && z.disposition == Disposition::Act {
+            hold(z, Blocked::RemoteAppIdsUnknown);
+            return true;
+        }
         let Some(apps) = self.apps.get(&z.task.id) else {
             return false;
         };
@@ -178,6 +227,7 @@ mod tests {
         let evidence = RemoteEvidence {
             apps: [(z.task.id, apps)].into(),
             kill,
+            ..RemoteEvidence::default()
         };
         evidence.judge(z);
     }
@@ -289,6 +339,91 @@ mod tests {
         let mut z = zombie(Disposition::Act);
         apply(&mut z, done.clone(), false);
         assert_eq!(z.disposition, Disposition::Act);
+    }
+
+    #[test]
+    fn only_what_is_provably_anothers_is_foreign() {
+        let t = |s: i64| chrono::DateTime::from_timestamp(1_700_000_000 + s, 0).unwrap();
+        let skew = std::time::Duration::from_secs(5);
+        let started = |s: i64, user: Option<&str>| RemoteApp {
+            started_time: Some(t(s).timestamp_millis()),
+            user: user.map(str::to_string),
+            ..app("application_1_1", Some("RUNNING"))
+        };
+        // an upstream job's application, started long before the task
+        assert!(is_foreign(
+            &started(-3600, None),
+            Some(t(0)),
+            None,
+            skew,
+            false
+        ));
+        // within the skew, or after the task started: its own
+        assert!(!is_foreign(
+            &started(-4, None),
+            Some(t(0)),
+            None,
+            skew,
+            false
+        ));
+        assert!(!is_foreign(
+            &started(30, None),
+            Some(t(0)),
+            None,
+            skew,
+            false
+        ));
+        // another user's, where the tenant is known
+        assert!(is_foreign(
+            &started(30, Some("bi")),
+            Some(t(0)),
+            Some("etl"),
+            skew,
+            false
+        ));
+        assert!(!is_foreign(
+            &started(30, Some("ETL")),
+            Some(t(0)),
+            Some("etl"),
+            skew,
+            false
+        ));
+        // another task instance has the same id
+        assert!(is_foreign(&started(30, None), Some(t(0)), None, skew, true));
+        // what cannot be told is the task's own
+        assert!(!is_foreign(
+            &app("application_1_1", None),
+            Some(t(0)),
+            None,
+            skew,
+            false
+        ));
+        assert!(!is_foreign(&started(-3600, None), None, None, skew, false));
+    }
+
+    #[test]
+    fn a_yarn_task_whose_agent_reads_no_id_source_is_held_and_foreign_ids_are_shown() {
+        let mut z = zombie(Disposition::Act);
+        let evidence = RemoteEvidence {
+            ids_unknown: [7].into(),
+            foreign: [(7, vec!["application_9_9".to_string()])].into(),
+            ..RemoteEvidence::default()
+        };
+        assert!(evidence.judge(&mut z));
+        assert_eq!(
+            z.disposition,
+            Disposition::Blocked(Blocked::RemoteAppIdsUnknown)
+        );
+        assert_eq!(z.note.as_deref(), Some(REMOTE_APP_IDS_UNKNOWN));
+        assert_eq!(
+            z.evidence.foreign_app_ids,
+            vec!["application_9_9".to_string()]
+        );
+        // a zombie only reported is shown, not held
+        let mut z = zombie(Disposition::Report);
+        assert!(!evidence.judge(&mut z));
+        assert_eq!(z.disposition, Disposition::Report);
+        assert!(is_yarn_task("spark") && is_yarn_task("HIVECLI") && !is_yarn_task("SHELL"));
     }
 
     #[test]

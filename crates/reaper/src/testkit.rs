@@ -552,6 +552,7 @@ impl Clock for TokioClock {
 #[derive(Default)]
 pub struct MemRm {
     apps: Mutex<BTreeMap<String, String>>,
+    started: Mutex<BTreeMap<String, i64>>,
     silent: AtomicBool,
     kill_takes: Mutex<std::time::Duration>,
     asked: Mutex<Vec<String>>,
@@ -566,6 +567,11 @@ impl MemRm {
             .map(|(id, s)| (id.to_string(), s.to_string()))
             .collect();
         Arc::new(rm)
+    }
+
+    /// The RM says the application started at `ms` (epoch ms).
+    pub fn started(&self, id: &str, ms: i64) {
+        lock(&self.started).insert(id.to_string(), ms);
     }
 
     /// From now on every call waits forever.
@@ -605,6 +611,7 @@ impl reaper_core::ports::ResourceManager for MemRm {
             reaper_core::ports::AppAnswer {
                 app: reaper_core::remote::RemoteApp {
                     state,
+                    started_time: lock(&self.started).get(id).copied(),
                     ..reaper_core::remote::RemoteApp::unknown(id)
                 },
                 unknown_why,

@@ -86,6 +86,7 @@ fn disposition(d: &Disposition) -> String {
                 Blocked::ChildWorkflowRunning => "child_workflow_running",
                 Blocked::RemoteAppRunning => "remote_app_running",
                 Blocked::RemoteAppUnknown => "remote_app_unknown",
+                Blocked::RemoteAppIdsUnknown => "remote_app_ids_unknown",
             }
         ),
     }

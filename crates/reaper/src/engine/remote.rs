@@ -11,7 +11,9 @@ use crate::yarn::{KnownApps, Learned};
 use futures::StreamExt;
 use reaper_core::ghost::Ghost;
 use reaper_core::ports::ResourceManager;
-use reaper_core::remote::{is_app_id, AppPhase, RemoteApp, RemoteEvidence};
+use reaper_core::remote::{
+    is_app_id, is_foreign, is_yarn_task, AppPhase, RemoteApp, RemoteEvidence,
+};
 use reaper_core::{Candidate, RegistryView};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -44,6 +46,11 @@ const CONCURRENCY: usize = 16;
 pub(super) struct Answers {
     pub by_task: BTreeMap<i64, BTreeSet<String>>,
     pub apps: BTreeMap<String, RemoteApp>,
+    /// Each live row's `start_time`: whether an application is its own.
+    starts: BTreeMap<i64, Option<reaper_core::Instant>>,
+    /// YARN tasks whose host's agent reads no application-id source.
+    ids_unknown: BTreeSet<i64>,
+    skew: Duration,
 }
 
 impl Answers {
@@ -62,12 +69,34 @@ impl Answers {
             .collect()
     }
 
-    /// The evidence the task planner holds tasks by.
+    /// The evidence the task planner holds tasks by: each task's own
+    /// applications (SPEC §17), the others as foreign ids.
     pub fn evidence(&self, kill: bool) -> RemoteEvidence {
-        RemoteEvidence {
-            apps: self.by_task.keys().map(|t| (*t, self.of(*t))).collect(),
-            kill,
+        let mut owners: BTreeMap<&str, usize> = BTreeMap::new();
+        for id in self.by_task.values().flatten() {
+            *owners.entry(id.as_str()).or_default() += 1;
         }
+        let mut ev = RemoteEvidence {
+            kill,
+            ids_unknown: self.ids_unknown.clone(),
+            ..RemoteEvidence::default()
+        };
+        for task in self.by_task.keys() {
+            let start = self.starts.get(task).copied().flatten();
+            let (own, foreign): (Vec<RemoteApp>, Vec<RemoteApp>) =
+                self.of(*task).into_iter().partition(|a| {
+                    let shared = owners.get(a.id.as_str()).is_some_and(|n| *n > 1);
+                    !is_foreign(a, start, None, self.skew, shared)
+                });
+            if !foreign.is_empty() {
+                ev.foreign
+                    .insert(*task, foreign.into_iter().map(|a| a.id).collect());
+            }
+            if !own.is_empty() {
+                ev.apps.insert(*task, own);
+            }
+        }
+        ev
     }
 
     /// Shows each ghost's applications as the zombie view shows a zombie's.
@@ -104,6 +133,31 @@ fn asking_order(
         .flat_map(|(_, ids)| ids.iter())
         .filter(|id| seen.insert(*id))
         .cloned()
+        .collect()
+}
+
+/// SPEC §17: the YARN tasks with no known id whose host's agent says it can
+/// read no application-id source — their application may run unseen.
+fn ids_unknown(
+    candidates: &[Candidate],
+    by_task: &BTreeMap<i64, BTreeSet<String>>,
+    view: &RegistryView,
+) -> BTreeSet<i64> {
+    candidates
+        .iter()
+        .filter(|c| is_yarn_task(&c.task_type) && !by_task.contains_key(&c.id))
+        .filter(|c| {
+            let Some(h) = c.host.as_deref() else {
+                return false;
+            };
+            let host = view.resolve(reaper_core::NodeKind::Worker, h);
+            view.agents
+                .get(host.as_ref())
+                .and_then(|a| a.report.as_ref())
+                .and_then(|r| r.app_id_sources.as_ref())
+                .is_some_and(|s| s.is_empty())
+        })
+        .map(|c| c.id)
         .collect()
 }
 
@@ -155,6 +209,15 @@ impl Engine {
         answers.apps = self
             .ask(rm.clone(), asking_order(&answers.by_task, candidates, view))
             .await;
+        answers.skew = self.settings.reconcile.clock_skew_tolerance;
+        answers.starts = candidates
+            .iter()
+            .filter(|c| answers.by_task.contains_key(&c.id))
+            .map(|c| (c.id, c.start_time))
+            .collect();
+        if self.settings.yarn.require_ids {
+            answers.ids_unknown = ids_unknown(candidates, &answers.by_task, view);
+        }
         answers
     }
 

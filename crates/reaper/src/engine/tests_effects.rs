@@ -254,3 +254,78 @@ async fn a_dangling_intent_is_resolved_from_the_row_it_was_about() {
     // nothing left dangling
     assert_eq!(r.engine.close_dangling_intents().await, 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_application_that_started_before_the_task_is_foreign_never_killed_nor_holding() {
+    let r = rig(&[("application_1_1", "RUNNING")], |s| {
+        s.policy.kill_remote_apps = true;
+    });
+    // an upstream job's application, printed in the task's log
+    let before = (t0() - chrono::TimeDelta::hours(2)).timestamp_millis();
+    r.rm.started("application_1_1", before);
+    r.lose_w1().await;
+    let s = r.engine.sweep(Trigger::Tick).await;
+    assert_eq!(s.actions, 2, "{s:?}");
+    assert!(
+        r.rm.killed().is_empty(),
+        "a foreign application is never killed"
+    );
+    let z = r.zombie(1);
+    assert_eq!(
+        z.evidence.foreign_app_ids,
+        vec!["application_1_1".to_string()]
+    );
+    assert!(z.evidence.remote_apps.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_yarn_task_whose_agent_reads_no_id_source_is_held_unless_ids_are_not_required() {
+    for require in [true, false] {
+        let r = rig(&[], |s| s.yarn.require_ids = require);
+        // task 3: a SPARK task with no id learned, on a worker whose agent
+        // says it can read no application-id source
+        let mut t = task(3, "SPARK");
+        t.host = Some("w2:1234".into());
+        r.store.insert(t);
+        let report = reaper_core::agent::AgentReport {
+            worker: "w2:1234".into(),
+            agent_version: "test".into(),
+            seq: 1,
+            scan_started_at: t0().timestamp_millis(),
+            scan_ms: 1,
+            exec_base: "/tmp/ds".into(),
+            unreadable: 0,
+            blind: None,
+            tty_tasks: 0,
+            app_id_sources: Some(vec![]),
+            tasks: vec![],
+            orders: vec![],
+        };
+        let seen = reaper_core::agent::AgentSeen::received(
+            None,
+            Some(report),
+            t0(),
+            false,
+            Duration::from_secs(35),
+        );
+        r.reg.update(|v| {
+            v.agents.insert("w2:1234".into(), seen.into());
+        });
+        let now = r.engine.now();
+        r.reg
+            .update(|v| assert!(v.remove(NodeKind::Worker, "w2:1234", now)));
+        tokio::time::advance(Duration::from_secs(61)).await;
+        r.engine.sweep(Trigger::Tick).await;
+        let z = r.zombie(3);
+        if require {
+            assert_eq!(
+                z.disposition,
+                Disposition::Blocked(Blocked::RemoteAppIdsUnknown)
+            );
+            assert_eq!(z.note.as_deref(), Some("remote_app_ids_unknown"));
+            assert_eq!(r.store.state(3), Some(1));
+        } else {
+            assert_eq!(r.store.state(3), Some(6), "require_ids = false: acted on");
+        }
+    }
+}
