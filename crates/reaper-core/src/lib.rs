@@ -41,6 +41,7 @@ pub mod ports;
 pub mod publish;
 pub mod rate;
 pub mod reason;
+pub mod redact;
 pub mod registry;
 pub mod remote;
 pub mod view;
@@ -59,6 +60,7 @@ pub use plan::{plan, plan_within, Blocked, Disposition, Plan, SafetyState, Zombi
 pub use policy::{Action, FollowUp, OwnerMaster, Policy, Rule, UnseenAbsence};
 pub use rate::TokenBucket;
 pub use reason::{Evidence, Reason};
+pub use redact::redact_url;
 pub use view::{NodeInfo, NodeKind, RegistryView, ViewState};
 pub use zone::Zone;
 

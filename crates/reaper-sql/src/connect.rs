@@ -32,41 +32,7 @@ impl DbKind {
     }
 }
 
-/// The URL with any password (in the authority or a `password=` query
-/// parameter) replaced by `***`, for logs and errors.
-pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let (auth, tail) = match rest.find('/') {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    let tail = match tail.split_once('?') {
-        Some((path, q)) => {
-            let q: Vec<String> = q
-                .split('&')
-                .map(|kv| match kv.split_once('=') {
-                    Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
-                    _ => kv.to_string(),
-                })
-                .collect();
-            format!("{path}?{}", q.join("&"))
-        }
-        None => tail.to_string(),
-    };
-    match auth.rsplit_once('@') {
-        Some((cred, host)) => {
-            let user = cred.split(':').next().unwrap_or("");
-            if cred.contains(':') {
-                format!("{scheme}://{user}:***@{host}{tail}")
-            } else {
-                format!("{scheme}://{user}@{host}{tail}")
-            }
-        }
-        None => format!("{scheme}://{auth}{tail}"),
-    }
-}
+pub use reaper_core::redact_url;
 
 /// MySQL/MariaDB connect options from `url`; `password` (read from
 /// `password_file`) overrides the URL's.
@@ -151,7 +117,8 @@ mod tests {
             redact_url("postgres://u@h/db?password=pw&sslmode=off"),
             "postgres://u@h/db?password=***&sslmode=off"
         );
-        assert_eq!(redact_url("not a url"), "not a url");
+        // not a URL at all: nothing of it is shown
+        assert_eq!(redact_url("not a url"), "***");
     }
 
     #[test]
