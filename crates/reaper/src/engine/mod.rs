@@ -29,6 +29,8 @@ mod sweep;
 mod tests;
 #[cfg(test)]
 mod tests_anomalies;
+#[cfg(test)]
+mod tests_resume;
 mod workflows;
 
 pub use act::ActionResult;
