@@ -33,6 +33,19 @@ pub struct WorkflowCandidate {
     pub live_task_hosts: Vec<String>,
     /// The newest `end_time` of its task rows.
     pub last_task_end: Option<Instant>,
+    /// Its `flag = 1` task rows in FAILURE or KILL, by state code: with
+    /// `tasks_by_state`, where a task action's write shows (SPEC §13).
+    #[serde(default)]
+    pub ended_by_state: BTreeMap<i32, i64>,
+    /// Whether a command for it is queued in `t_ds_command`; None when the
+    /// read did not ask (it asks only where a task shows a task action's
+    /// target state).
+    #[serde(default)]
+    pub command_queued: Option<bool>,
+    /// Its child workflow instances (the line's parent-child relation) in a
+    /// non-terminal state, id to state.
+    #[serde(default)]
+    pub running_children: BTreeMap<i64, i32>,
 }
 
 impl WorkflowCandidate {
@@ -48,6 +61,9 @@ impl WorkflowCandidate {
             tasks_by_state: BTreeMap::new(),
             live_task_hosts: Vec::new(),
             last_task_end: None,
+            ended_by_state: BTreeMap::new(),
+            command_queued: None,
+            running_children: BTreeMap::new(),
         }
     }
 
@@ -125,6 +141,8 @@ pub struct WorkflowPolicy {
     pub rules: Vec<WorkflowRule>,
     /// `check`: a master never seen counts as lost for an unknown time.
     pub unseen_absence: crate::UnseenAbsence,
+    /// A task follow-up `recover` left undone (SPEC §13).
+    pub resume: Resume,
 }
 
 impl Default for WorkflowPolicy {
@@ -135,6 +153,7 @@ impl Default for WorkflowPolicy {
             stall_after: Duration::from_secs(30 * 60),
             rules: Vec::new(),
             unseen_absence: crate::UnseenAbsence::SinceViewValid,
+            resume: Resume::default(),
         }
     }
 }
@@ -172,6 +191,11 @@ pub struct WorkflowEvidence {
     pub last_progress_at: Option<Instant>,
     /// Non-terminal `flag = 1` task rows by state name.
     pub tasks_by_state: BTreeMap<String, i64>,
+    /// Its `flag = 1` tasks in the target state of a task action followed
+    /// by `recover`, when that made the workflow wait only `grace_period`
+    /// (SPEC §13: a follow-up survives a change of leader).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_tasks: Option<i64>,
 }
 
 /// A workflow instance found unable to progress.
@@ -289,7 +313,7 @@ fn judge(
     } else {
         master_lost(view, valid_since, wf, master, now, policy, &mut evidence)?
     };
-    let (action, note) = downgraded(
+    let (action, note) = holds::downgraded(
         view,
         wf,
         master,
@@ -356,56 +380,24 @@ fn master_lost(
             crate::UnseenAbsence::Unknown => (None, None),
         },
     };
-    if absent.is_some_and(|a| a < delta(policy.grace_period)) {
+    let resumed = resume::written_tasks(wf, &policy.resume);
+    let grace = match resumed {
+        Some(_) => policy.resume.grace_period.min(policy.grace_period),
+        None => policy.grace_period,
+    };
+    if absent.is_some_and(|a| a < delta(grace)) {
         return None;
     }
+    evidence.resumed_tasks = resumed;
     evidence.lost_at = lost_at;
     evidence.absent_for_seconds = absent.map(|a| a.num_seconds());
     Some(WorkflowReason::WorkflowMasterLost)
 }
 
-/// `recover` downgraded to `report` (and why) where writing DS's failover
-/// rows would not be safe.
-fn downgraded(
-    view: &RegistryView,
-    wf: &WorkflowCandidate,
-    master: &str,
-    now: Instant,
-    line: DsLine,
-    settle: Duration,
-    action: WorkflowAction,
-) -> (WorkflowAction, Option<String>) {
-    if action != WorkflowAction::Recover {
-        return (action, None);
-    }
-    let report = |note: String| (WorkflowAction::Report, Some(note));
-    if !line.master_failover_workflow_states().contains(&wf.state) {
-        // recover writes DS's failover rows: for a state DS's failover
-        // never picks up, the master taking the command would get a
-        // workflow it does not expect.
-        return report(format!(
-            "workflow state {} ({}) is not one DS's own master failover handles on line {line}; recover downgraded to report",
-            wf.state,
-            workflow_state_name(wf.state).unwrap_or("UNKNOWN")
-        ));
-    }
-    // 1.3-3.2: DS's pass writes the workflows it read unconditionally; a
-    // write of ours in between means two commands (SPEC §13).
-    if line.failover_writes_unconditionally() && view.ds_failover_in_progress(master, now, settle) {
-        return report(crate::plan::DS_FAILOVER_IN_PROGRESS.to_string());
-    }
-    // DS's failover would stop or re-mark tasks it reaches by RPC; we do not.
-    if let Some(h) = wf
-        .live_task_hosts
-        .iter()
-        .find(|h| view.live(NodeKind::Worker, h).is_some())
-    {
-        return report(format!(
-            "a task of the workflow is live on the live worker {h}; recover downgraded to report"
-        ));
-    }
-    (action, None)
-}
+mod holds;
+mod resume;
+
+pub use resume::{resume_targets, Resume};
 
 #[cfg(test)]
 mod tests;

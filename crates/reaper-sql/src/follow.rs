@@ -120,6 +120,9 @@ pub(crate) struct Facts {
     pub live_owner: Option<String>,
     /// `t_ds_schedules.timezone_id` of the definition, if scheduled (3.1/3.2).
     pub schedule_tz: Option<String>,
+    /// A child workflow instance of it that is not finished (id, state),
+    /// read under the row lock for `recover`.
+    pub running_child: Option<(i64, i32)>,
 }
 
 /// What every workflow write checks first, on the row locked now: it has a
@@ -149,6 +152,15 @@ fn guards(
         ));
     }
     if recover {
+        // A parent never ends before its child (SPEC §13): DS's recovery
+        // of the parent would end it (3.1.1: SUCCESS ~30 s early) or run
+        // the child twice.
+        if let Some((child, s)) = facts.running_child {
+            return Err(format!(
+                "{}: child workflow instance {child} of workflow instance {wf_id} is in state {s}; not recovered before its child ends",
+                reaper_core::plan::CHILD_WORKFLOW_RUNNING
+            ));
+        }
         if let Some(m) = &facts.live_owner {
             return Err(format!(
                 "workflow instance {wf_id} is held by live master {m}; recover runs only when no live master holds it"

@@ -12,9 +12,11 @@
 //! as the workflow rows.
 
 mod cursor;
+mod extra;
 mod stmt;
 
 pub use cursor::{WorkflowCursor, WorkflowCursorStats};
+pub(crate) use extra::running_child;
 
 use crate::dialect::Dialect;
 use crate::read::BadRow;
@@ -243,7 +245,8 @@ impl Db {
             std::mem::take(&mut sorted.known),
             std::mem::take(&mut sorted.pending),
         );
-        let out = Self::wf_candidates(sorted, states, task_states, &summaries, self.zone);
+        let mut out = Self::wf_candidates(sorted, states, task_states, &summaries, self.zone);
+        self.fill_workflow_extras(line, &cat, &mut out).await?;
         cursor.replace(known, pending, bad, tops.1, tops.0, summaries);
         Ok(out)
     }
@@ -323,7 +326,8 @@ impl Db {
             std::mem::take(&mut sorted.known),
             std::mem::take(&mut sorted.pending),
         );
-        let out = Self::wf_candidates(sorted, states, task_states, &summaries, self.zone);
+        let mut out = Self::wf_candidates(sorted, states, task_states, &summaries, self.zone);
+        self.fill_workflow_extras(line, &cat, &mut out).await?;
         cursor.replace(known, pending, bad, tops.1, tops.0, summaries);
         Ok(out)
     }
@@ -365,7 +369,10 @@ impl Db {
             });
         }
         let s = summaries.get(&id).cloned().unwrap_or_default();
-        Ok(Some(candidate(wf, &s, task_states, zone)))
+        let mut out = [candidate(wf, &s, task_states, zone)];
+        self.fill_workflow_extras(line, &cat, &mut out).await?;
+        let [wf] = out;
+        Ok(Some(wf))
     }
 
     /// `recover` for `workflow_master_lost` (SPEC §13): in one transaction,

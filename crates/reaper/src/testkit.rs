@@ -11,7 +11,9 @@ use reaper_core::ports::{
 };
 use reaper_core::registry::Detected;
 use reaper_core::workflow::WorkflowCandidate;
-use reaper_core::{Candidate, DsLine, Instant, NodeInfo, NodeKind, RegistryView, ViewState};
+use reaper_core::{
+    Candidate, DsLine, FollowUp, Instant, NodeInfo, NodeKind, RegistryView, ViewState,
+};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -47,6 +49,8 @@ pub struct MemStore {
     /// What workflow reads answer instead of the rows, while set.
     workflow_fault: Mutex<Option<PortError>>,
     ends: Mutex<BTreeMap<i64, Instant>>,
+    /// Workflows a follow-up or recover queued a command for.
+    queued: Mutex<BTreeSet<i64>>,
 }
 
 impl MemStore {
@@ -62,6 +66,7 @@ impl MemStore {
             workflows: Mutex::new(BTreeMap::new()),
             workflow_fault: Mutex::new(None),
             ends: Mutex::new(BTreeMap::new()),
+            queued: Mutex::new(BTreeSet::new()),
         })
     }
 
@@ -279,6 +284,9 @@ impl TaskStore for MemStore {
                     )));
                 }
             }
+            if let (FollowUp::Recover, Some(w)) = (req.follow_up, req.task.workflow_instance_id) {
+                lock(&self.queued).insert(w);
+            }
             Ok(FollowUpOutcome::Done {
                 workflow_state: Some(6),
                 command_type: None,
@@ -327,11 +335,12 @@ impl TaskStore for MemStore {
             if let Some(e) = lock(&self.workflow_fault).clone() {
                 return Err(e);
             }
-            Ok(lock(&self.workflows)
+            let wfs: Vec<WorkflowCandidate> = lock(&self.workflows)
                 .values()
                 .filter(|w| states.contains(&w.state))
                 .cloned()
-                .collect())
+                .collect();
+            Ok(wfs.into_iter().map(|w| self.derived(w)).collect())
         })
     }
 
@@ -341,7 +350,10 @@ impl TaskStore for MemStore {
         id: i64,
         _task_states: &'a [i32],
     ) -> BoxFuture<'a, Result<Option<WorkflowCandidate>, PortError>> {
-        Box::pin(async move { Ok(lock(&self.workflows).get(&id).cloned()) })
+        Box::pin(async move {
+            let w = lock(&self.workflows).get(&id).cloned();
+            Ok(w.map(|w| self.derived(w)))
+        })
     }
 
     /// As DS's master failover on ≤ 3.2: `host = 'NULL'` where unchanged.
@@ -369,6 +381,7 @@ impl TaskStore for MemStore {
                 }
             }
             w.host = Some("NULL".into());
+            lock(&self.queued).insert(seen.id);
             Ok(WorkflowOutcome::Done {
                 workflow_state: None,
                 command_type: 2,
@@ -377,6 +390,8 @@ impl TaskStore for MemStore {
         })
     }
 }
+
+mod workflows;
 
 /// A registry whose view the test sets.
 pub struct MemRegistry {

@@ -340,3 +340,5 @@ fn a_stopping_workflow_under_a_live_master_is_not_stalled_but_an_anomaly() {
     let f = run(&v, &[stopping], 100_000, &recovering());
     assert_eq!(f[0].reason, WorkflowReason::WorkflowMasterLost);
 }
+
+mod parent_and_resume;

@@ -33,6 +33,7 @@ fn facts() -> Facts {
         queued: false,
         live_owner: None,
         schedule_tz: None,
+        running_child: None,
     }
 }
 
@@ -174,4 +175,45 @@ fn state_history_appends_one_state_desc_keeping_the_old_text() {
     );
     assert_eq!(restart_state_history(Some("{\"a\":1}"), t), None);
     assert_eq!(restart_state_history(Some("[1,"), t), None);
+}
+
+#[test]
+fn recover_never_while_a_child_workflow_runs_but_fail_does_not_ask() {
+    let f = Facts {
+        running_child: Some((11, 1)),
+        ..facts()
+    };
+    for line in DsLine::ALL {
+        for a in [Action::Fail, Action::Kill, Action::FaultTolerance] {
+            let r = decide(
+                line,
+                &req(a, FollowUp::Recover),
+                10,
+                &wf(1, "m:5678"),
+                &f,
+                now(),
+            );
+            let why = skip_reason(r);
+            assert!(
+                why.starts_with("child_workflow_running"),
+                "{line} {a}: {why}"
+            );
+            assert!(
+                why.contains("child workflow instance 11"),
+                "{line} {a}: {why}"
+            );
+        }
+        // the workflow_master_lost recover, the same rows
+        let why = master_failover(line, 10, &wf(1, "m:5678"), &f, now()).unwrap_err();
+        assert!(why.starts_with("child_workflow_running"), "{line}: {why}");
+    }
+    let r = decide(
+        DsLine::V3_1,
+        &req(Action::Fail, FollowUp::Fail),
+        10,
+        &wf(1, "m:5678"),
+        &f,
+        now(),
+    );
+    assert!(r.is_ok());
 }

@@ -68,6 +68,11 @@ pub(crate) async fn follow_up<D: Dialect>(
         } else {
             None
         },
+        running_child: if recover {
+            crate::workflow::running_child::<D>(&mut *tx, line, cat, wf_id).await?
+        } else {
+            None
+        },
     };
     let d = match decide(line, req, wf_id, &wf, &facts, now) {
         Ok(d) => d,
@@ -148,6 +153,7 @@ pub(crate) async fn recover_workflow<D: Dialect>(
         } else {
             live_owner(wf.host.as_deref(), live_master)
         },
+        running_child: crate::workflow::running_child::<D>(&mut *tx, line, cat, wf_id).await?,
     };
     let d = match master_failover(line, wf_id, &wf, &facts, now) {
         Ok(d) => d,

@@ -16,7 +16,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 /// Task tops kept: the bound of a sweep's task read is the oldest.
 const TOPS: usize = 3;
 
-/// A `flag = 1` task row in a non-finished state.
+/// A `flag = 1` task row the summary follows: in a non-finished state, or
+/// in FAILURE or KILL (`stmt::followed`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LiveTask {
     pub state: i32,
@@ -29,8 +30,8 @@ pub(crate) struct LiveTask {
 /// What the rules need from one workflow's task rows (SPEC §13).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Summary {
-    /// Its `flag = 1` task rows in a non-finished state, ascending by task
-    /// id, each once. A sorted slice, not a map: built once from the sweep's
+    /// Its followed `flag = 1` task rows (non-finished, FAILURE, KILL),
+    /// ascending by task id, each once. A sorted slice, not a map: built once from the sweep's
     /// rows (at 100,000 live tasks 24 bytes a task instead of a map's ~45).
     pub live: Box<[(i64, LiveTask)]>,
     /// The newest `end_time` of its task rows.
@@ -137,8 +138,9 @@ pub struct WorkflowCursor {
     task_tops: VecDeque<Option<i64>>,
     /// The newest task end of each summarised workflow.
     ends: HashMap<i64, Option<NaiveDateTime>>,
-    /// The summaries' live tasks, by id alone: a sweep reads each of them
-    /// again, so their state and host are never used after the sweep that
+    /// The summaries' followed tasks (live, FAILURE, KILL), by id alone: a
+    /// sweep reads each of them again (a FAILURE row DS retries or
+    /// recovers goes to `flag = 0`), so their state and host are never used after the sweep that
     /// read them (8 bytes a task kept instead of 24).
     live: IdSet,
 }
@@ -156,8 +158,9 @@ pub struct WorkflowCursorStats {
     pub low_water: Option<i64>,
     /// Workflows whose task rows are summarised.
     pub summarised: usize,
-    /// Live task rows across the summaries (read again by id when their
-    /// workflow's task read does not return them).
+    /// Followed task rows across the summaries — live, and `flag = 1` in
+    /// FAILURE or KILL (read again by id when their workflow's task read
+    /// does not return them).
     pub live_tasks: usize,
     /// Task rows above this id are what an incremental sweep reads; `None`
     /// while the task reads are unbounded.
@@ -335,8 +338,13 @@ pub(crate) fn candidate(
     zone: Zone,
 ) -> WorkflowCandidate {
     wf.tasks_by_state = BTreeMap::new();
+    wf.ended_by_state = BTreeMap::new();
     let mut hosts = BTreeSet::new();
     for (_, t) in s.live.iter() {
+        if DsLine::is_finished_task_state(t.state) {
+            *wf.ended_by_state.entry(t.state).or_default() += 1;
+            continue;
+        }
         *wf.tasks_by_state.entry(t.state).or_default() += 1;
         if task_states.contains(&t.state) {
             if let Some(h) = t

@@ -6,12 +6,16 @@
 use super::cursor::{LiveTask, SumError, SumItem, SumRow, SumRows};
 use crate::dialect::{Conn, Dialect, RowOf};
 use crate::read::BadRow;
-use crate::schema::{finished_list, int_list, names, Catalog, TASK};
+use crate::schema::{int_list, names, Catalog, TASK};
 use crate::sql::Sql;
 use crate::{SqlError, PAGE};
 use reaper_core::candidate::shared;
+use reaper_core::line::{FAILURE, FINISHED_TASK_CODES, KILL};
 use reaper_core::workflow::WorkflowCandidate;
 use reaper_core::{DsLine, Zone};
+
+/// The finished task states a task action writes.
+pub(crate) const ENDED_BY_ACTION: [i32; 2] = [FAILURE, KILL];
 
 /// One statement's worth of workflow rows.
 #[derive(Debug, Default)]
@@ -155,17 +159,35 @@ pub(crate) async fn by_ids<D: Dialect>(
     decode_page::<D>(zone, tracked, &rows)
 }
 
-/// `CASE …`: the task's id when it is a live row (`flag = 1`, not finished).
+/// `CASE …`: the task's id when it is a row the summary follows one by one
+/// ([`followed`]).
 fn live_id() -> String {
     format!(
         "CASE WHEN t.flag = 1 AND t.state NOT IN ({}) THEN t.id END",
-        finished_list()
+        int_list(&unfollowed())
     )
 }
 
+/// The finished task states whose `flag = 1` rows a summary does not
+/// follow: all but FAILURE and KILL, which a task action writes (SPEC §13:
+/// the rows show that a follow-up was left undone).
+fn unfollowed() -> Vec<i32> {
+    FINISHED_TASK_CODES
+        .iter()
+        .copied()
+        .filter(|s| !ENDED_BY_ACTION.contains(s))
+        .collect()
+}
+
+/// A `flag = 1` task row a summary follows one by one: live (not finished),
+/// or ended in FAILURE or KILL.
+pub(crate) fn followed(state: i32) -> bool {
+    !DsLine::is_finished_task_state(state) || ENDED_BY_ACTION.contains(&state)
+}
+
 /// The task rows of workflows `wfs` (above task id `above`, when given),
-/// grouped: each live row on its own (id, state, host), the others as one
-/// row per workflow holding their newest `end_time`.
+/// grouped: each followed row ([`followed`]) on its own (id, state, host),
+/// the others as one row per workflow holding their newest `end_time`.
 pub(crate) async fn summary_rows<D: Dialect>(
     c: &mut Conn<D>,
     line: DsLine,
@@ -248,8 +270,8 @@ pub(crate) struct TaskRows {
     pub last_id: Option<i64>,
 }
 
-/// Task rows one by one (`sel`), each a summary row of its workflow: live
-/// (`flag = 1`, not finished) or not, with its `end_time`.
+/// Task rows one by one (`sel`), each a summary row of its workflow:
+/// followed ([`followed`]) or not, with its `end_time`.
 pub(crate) async fn task_rows<D: Dialect>(
     c: &mut Conn<D>,
     line: DsLine,
@@ -282,7 +304,7 @@ pub(crate) async fn task_rows<D: Dialect>(
             let state = D::int(r, 2)?.unwrap_or(-1) as i32;
             let flag = D::int(r, 3)?;
             let live = match task {
-                Some(id) if flag == Some(1) && !DsLine::is_finished_task_state(state) => Some((
+                Some(id) if flag == Some(1) && followed(state) => Some((
                     id,
                     LiveTask {
                         state,
@@ -346,7 +368,7 @@ mod tests {
 
     #[test]
     fn the_summary_is_one_grouped_statement() {
-        let live = "CASE WHEN t.flag = 1 AND t.state NOT IN (3,5,6,7,9,13) THEN t.id END";
+        let live = "CASE WHEN t.flag = 1 AND t.state NOT IN (3,5,7,13) THEN t.id END";
         let head = format!(
             "SELECT t.process_instance_id, {live}, MAX(t.state), MAX(t.host), MAX(t.end_time) \
              FROM t_ds_task_instance t WHERE "

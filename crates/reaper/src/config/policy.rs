@@ -81,6 +81,11 @@ impl Settings {
             stall_after: self.reconcile.workflow_stall_after,
             rules,
             unseen_absence: reaper_core::UnseenAbsence::SinceViewValid,
+            // The task actions and rules do not depend on the line.
+            resume: reaper_core::workflow::Resume {
+                targets: reaper_core::workflow::resume_targets(&self.policy(DsLine::V3_2)),
+                grace_period: self.reconcile.grace_period,
+            },
         }
     }
 

@@ -32,6 +32,8 @@ mod tests;
 mod tests_anomalies;
 #[cfg(test)]
 mod tests_effects;
+#[cfg(test)]
+mod tests_resume;
 mod workflows;
 
 pub use effects::{ActionResult, Gate, GateClosed, SKIP_REASONS};
