@@ -80,12 +80,12 @@ def edges_of(src, path, text, mods):
     found = set()
     for m in re.finditer(r"\bcrate::([a-z_][a-z0-9_]*)", text):
         found.add(m.group(1))
-    # a submodule's super:: reaching a sibling of its top-level module
+    # `super::` chains that climb out of the top-level module to the crate root
     rel = os.path.relpath(path, src)[:-3].split(os.sep)
     depth = len(rel) - 1 if rel[-1] != "mod" else len(rel) - 2
-    if depth == 1:
-        for m in re.finditer(r"\bsuper::([a-z_][a-z0-9_]*)", text):
-            found.add(m.group(1))
+    climb = r"\b" + r"super::" * (depth + 1) + r"([a-z_][a-z0-9_]*)"
+    for m in re.finditer(climb, text):
+        found.add(m.group(1))
     return {(me, t) for t in found if t in mods and t != me}
 
 

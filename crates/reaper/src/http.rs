@@ -11,7 +11,6 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
-use std::time::Duration;
 
 pub fn router(engine: SharedEngine) -> Router {
     Router::new()
@@ -77,27 +76,11 @@ async fn metrics(State(e): State<SharedEngine>) -> Response {
         .into_response()
 }
 
-/// Why the daemon is not ready, or None when it is.
-pub async fn not_ready(e: &SharedEngine) -> Option<String> {
-    let view = e.view();
-    if let reaper_core::ViewState::Invalid { reason, .. } = &view.state {
-        return Some(format!(
-            "registry view invalid ({}): {reason}",
-            e.registry_kind()
-        ));
-    }
-    match tokio::time::timeout(Duration::from_secs(3), e.ping_store()).await {
-        Ok(Ok(())) => None,
-        Ok(Err(err)) => Some(format!("database: {err}")),
-        Err(_) => Some("database: no answer within 3s".into()),
-    }
-}
-
 async fn readyz(State(e): State<SharedEngine>) -> Response {
     // A read the store cannot serve as asked (a schema mismatch) is shown
     // here too: the database answers, but not what a sweep asks of it.
     let read_fault = || e.read_error().map(|why| format!("database: {why}"));
-    match not_ready(&e).await.or_else(read_fault) {
+    match e.not_ready().await.or_else(read_fault) {
         None => (
             StatusCode::OK,
             format!("ready (registry: {})\n", e.registry_kind()),
@@ -116,7 +99,7 @@ async fn status(State(e): State<SharedEngine>) -> Response {
 }
 
 async fn workers(State(e): State<SharedEngine>) -> Response {
-    Json(e.workers_view()).into_response()
+    Json(crate::views::WorkersView::of(&e)).into_response()
 }
 
 /// The last sweep's zombies (at most `limit`) and how many there were.
@@ -263,7 +246,7 @@ async fn index(State(e): State<SharedEngine>, headers: HeaderMap) -> Html<String
     Html(crate::page::render(&crate::page::Page {
         lang,
         status: StatusView::new(&e),
-        workers: e.workers_view(),
+        workers: crate::views::WorkersView::of(&e),
         zombies,
         zombies_total: total,
         zombie_reasons,

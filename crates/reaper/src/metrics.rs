@@ -7,6 +7,23 @@ use prometheus::{
 };
 use reaper_core::Reason;
 
+/// The `state` labels of `ds_reaper_remote_apps`: the RM's states in lower
+/// case, and `unknown` for an application the RM could not tell about.
+pub const REMOTE_APP_STATES: [&str; 9] = [
+    "new",
+    "new_saving",
+    "submitted",
+    "accepted",
+    "running",
+    "finished",
+    "failed",
+    "killed",
+    "unknown",
+];
+
+/// `ds_reaper_effects_skipped_total{reason}`: why the executor's gate closed (SPEC §4.1).
+pub const SKIP_REASONS: [&str; 3] = ["stale_judgement", "view_changed", "not_leader"];
+
 #[derive(Clone)]
 pub struct Metrics {
     registry: Registry,
@@ -332,7 +349,7 @@ impl Metrics {
             effects_skipped_total,
             registry: r,
         };
-        for reason in crate::engine::SKIP_REASONS {
+        for reason in SKIP_REASONS {
             m.effects_skipped_total
                 .with_label_values(&[reason])
                 .inc_by(0);
@@ -392,7 +409,7 @@ impl Metrics {
         for result in ["killed", "gone", "refused", "partial", "error"] {
             self.ghost_actions_total.with_label_values(&[result]);
         }
-        for state in crate::engine::REMOTE_APP_STATES {
+        for state in REMOTE_APP_STATES {
             self.remote_apps.with_label_values(&[state]).set(0);
         }
         for result in ["killed", "error"] {

@@ -167,6 +167,11 @@ pub struct WorkersView {
 }
 
 impl WorkersView {
+    /// `/api/v1/workers`: live and lost servers, workers with their agents.
+    pub fn of(e: &Engine) -> WorkersView {
+        WorkersView::new(&e.view(), e.now(), e.settings.reconcile.agent_stale_after)
+    }
+
     /// `now` and `stale_after` judge the agents' freshness.
     pub fn new(view: &RegistryView, now: Instant, stale_after: std::time::Duration) -> WorkersView {
         let sorted = |m: &std::collections::HashMap<String, NodeInfo>, workers: bool| {
@@ -309,13 +314,7 @@ impl WorkflowView {
     }
 }
 
-/// A row's host in a message a person reads: the host, or that it has none.
-pub fn host_words(host: Option<&str>) -> String {
-    match host.map(str::trim) {
-        Some(h) if !h.is_empty() && !h.eq_ignore_ascii_case("null") => h.to_string(),
-        _ => "none".to_string(),
-    }
-}
+pub use crate::engine::host_words;
 
 /// A ghost process as `/api/v1/ghosts` and `check --format json` show it
 /// (SPEC §15: exactly these fields).

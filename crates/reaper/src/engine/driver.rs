@@ -121,7 +121,7 @@ impl Driver {
 
     async fn watchdog(&mut self) {
         let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]);
-        if !self.ready_sent && crate::http::not_ready(&self.engine).await.is_none() {
+        if !self.ready_sent && self.engine.not_ready().await.is_none() {
             let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
             tracing::info!("ready: registry view valid and database answering");
             self.ready_sent = true;

@@ -32,9 +32,6 @@ use reaper_core::{DsLine, Instant, Zombie};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-/// The `reason` labels of `ds_reaper_effects_skipped_total`.
-pub const SKIP_REASONS: [&str; 3] = ["stale_judgement", "view_changed", "not_leader"];
-
 /// What a judgement was made on (SPEC §4.1), checked again before each effect.
 #[derive(Debug, Clone, Copy)]
 pub struct Gate {

@@ -63,100 +63,43 @@ impl Engine {
         let now = self.now();
         summary.at = now;
         let Some(valid_since) = view.valid_since() else {
-            let detail = match &view.state {
-                ViewState::Invalid { reason, .. } => {
-                    Some(format!("registry view invalid: {reason}"))
-                }
-                ViewState::Valid { .. } => None,
-            };
-            return Err(Stop::Skipped(detail));
+            return Err(Stop::Skipped(invalid(&view)));
         };
         let line = read.line;
-        let hold = match mode {
-            Mode::Check => Some(
-                read.line_hold
-                    .clone()
-                    .unwrap_or_else(|| "check never writes".into()),
-            ),
-            Mode::Sweep if !self.is_leader() => Some("not the leader".to_string()),
-            Mode::Sweep => read.line_hold.clone(),
-        };
         let memory = match mode {
             Mode::Check => SafetyState::default(),
             Mode::Sweep => st.safety.clone(),
         };
-        let mut policy = self.settings.policy(line);
-        if mode == Mode::Check {
-            policy.unseen_absence = UnseenAbsence::Unknown;
-            policy.startup_settle = std::time::Duration::ZERO;
-        }
-        let mut budget = Budget::for_sweep(&memory, &policy, now).held(hold);
-        let evidence = read.remote.evidence(self.settings.policy.kill_remote_apps);
-        let plan = plan_within(
-            &view,
-            &read.candidates,
-            now,
-            &policy,
-            &memory,
-            &mut budget,
-            &evidence,
-        );
+        let (plan, mut budget, mut anomalies) = self.plan_tasks(&read, &memory, mode, &view, now);
         let Read {
             candidates,
-            states,
             full,
             listed,
             workflows,
-            anomaly_rows,
             remote,
+            anomaly_rows,
             ..
         } = read;
-        let anomaly_settings = super::anomalies::settings_of(&self.settings);
-        let mut anomalies = plan_task_anomalies(
-            &view,
-            line,
-            &candidates,
-            &anomaly_rows,
-            &states,
-            now,
-            &anomaly_settings,
-        );
         drop(anomaly_rows);
         let live: IdSet = candidates.iter().map(|c| c.id).collect();
         let candidate_count = candidates.len();
         // the task rows are done with before the workflow plan keeps its own
         drop(candidates);
-        let (findings, workflow_ids) = match workflows {
-            Some(wfs) => {
-                let mut wp = self.settings.workflow_policy();
-                if mode == Mode::Check {
-                    wp.unseen_absence = UnseenAbsence::Unknown;
-                }
-                let findings = plan_workflows(&view, &wfs, now, line, &wp, &mut budget);
-                anomalies.anomalies.extend(plan_workflow_anomalies(
-                    &view,
-                    line,
-                    &super::anomalies::stopping(&wfs),
-                    now,
-                    &anomaly_settings,
-                ));
-                (findings, Some(wfs.iter().map(|w| w.id).collect()))
-            }
-            None => (Vec::new(), None),
-        };
-        let (ghosts, orders) = match listed {
-            Some(listed) => {
-                let (mut ghosts, memory) =
-                    self.plan_ghost_step(st, &listed, &view, now, line, mode, &mut budget);
-                remote.on_ghosts(&mut ghosts);
-                (Some((Arc::new(ghosts), memory)), listed.orders)
-            }
-            None => (None, None),
-        };
-        let next = SafetyState {
-            bucket: budget.bucket,
-            ..plan.next.clone()
-        };
+        let (findings, workflow_ids) = self.plan_workflow_step(
+            workflows,
+            &view,
+            now,
+            line,
+            mode,
+            &mut budget,
+            &mut anomalies,
+        );
+        let (ghosts, orders) = listed.map_or((None, None), |listed| {
+            let (mut ghosts, memory) =
+                self.plan_ghost_step(st, &listed, &view, now, line, mode, &mut budget);
+            remote.on_ghosts(&mut ghosts);
+            (Some((Arc::new(ghosts), memory)), listed.orders)
+        });
         Ok(Judgement {
             line,
             mode,
@@ -172,8 +115,11 @@ impl Engine {
             live,
             was_engaged: memory.brake.engaged(),
             wake: plan.wake,
+            next: SafetyState {
+                bucket: budget.bucket,
+                ..plan.next
+            },
             zombies: Arc::new(plan.zombies),
-            next,
             workflows: Arc::new(findings),
             workflow_ids,
             ghosts,
@@ -182,6 +128,93 @@ impl Engine {
             remote,
             view,
         })
+    }
+
+    /// The task plan, with the sweep's budget it opens: held as standby,
+    /// while the line is in doubt, and always for `check` (which also counts
+    /// an unseen loss as of unknown age and has no settle).
+    fn plan_tasks(
+        &self,
+        read: &Read,
+        memory: &SafetyState,
+        mode: Mode,
+        view: &RegistryView,
+        now: Instant,
+    ) -> (reaper_core::Plan, Budget, AnomalyReport) {
+        let hold = match mode {
+            Mode::Check => Some(
+                read.line_hold
+                    .clone()
+                    .unwrap_or_else(|| "check never writes".into()),
+            ),
+            Mode::Sweep if !self.is_leader() => Some("not the leader".to_string()),
+            Mode::Sweep => read.line_hold.clone(),
+        };
+        let mut policy = self.settings.policy(read.line);
+        if mode == Mode::Check {
+            policy.unseen_absence = UnseenAbsence::Unknown;
+            policy.startup_settle = std::time::Duration::ZERO;
+        }
+        let mut budget = Budget::for_sweep(memory, &policy, now).held(hold);
+        let evidence = read.remote.evidence(self.settings.policy.kill_remote_apps);
+        let plan = plan_within(
+            view,
+            &read.candidates,
+            now,
+            &policy,
+            memory,
+            &mut budget,
+            &evidence,
+        );
+        let anomalies = plan_task_anomalies(
+            view,
+            read.line,
+            &read.candidates,
+            &read.anomaly_rows,
+            &read.states,
+            now,
+            &super::anomalies::settings_of(&self.settings),
+        );
+        (plan, budget, anomalies)
+    }
+
+    /// The workflow plan (within the budget the task plan left) and the
+    /// workflow part of the live-owner findings.
+    #[allow(clippy::too_many_arguments)]
+    fn plan_workflow_step(
+        &self,
+        workflows: Option<Vec<reaper_core::workflow::WorkflowCandidate>>,
+        view: &RegistryView,
+        now: Instant,
+        line: DsLine,
+        mode: Mode,
+        budget: &mut Budget,
+        anomalies: &mut AnomalyReport,
+    ) -> (Vec<WorkflowFinding>, Option<IdSet>) {
+        let Some(wfs) = workflows else {
+            return (Vec::new(), None);
+        };
+        let mut wp = self.settings.workflow_policy();
+        if mode == Mode::Check {
+            wp.unseen_absence = UnseenAbsence::Unknown;
+        }
+        let findings = plan_workflows(view, &wfs, now, line, &wp, budget);
+        anomalies.anomalies.extend(plan_workflow_anomalies(
+            view,
+            line,
+            &super::anomalies::stopping(&wfs),
+            now,
+            &super::anomalies::settings_of(&self.settings),
+        ));
+        (findings, Some(wfs.iter().map(|w| w.id).collect()))
+    }
+}
+
+/// Why nothing is judged on an invalid view.
+fn invalid(view: &RegistryView) -> Option<String> {
+    match &view.state {
+        ViewState::Invalid { reason, .. } => Some(format!("registry view invalid: {reason}")),
+        ViewState::Valid { .. } => None,
     }
 }
 

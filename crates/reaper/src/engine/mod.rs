@@ -36,12 +36,11 @@ mod tests_effects;
 mod tests_resume;
 mod workflows;
 
-pub use effects::{ActionResult, Gate, GateClosed, SKIP_REASONS};
+pub use effects::{ActionResult, Gate, GateClosed};
 pub use error::Error;
 pub use judge::Checked;
 pub use line::resolve_line;
 pub use reap::{PreparedReap, ReapError, ReapRequest};
-pub use remote::REMOTE_APP_STATES;
 
 use crate::audit::Audit;
 use crate::config::Settings;
@@ -254,18 +253,26 @@ impl Engine {
         self.registry.detected()
     }
 
-    /// `/api/v1/workers`: live and lost servers, workers with their agents.
-    pub fn workers_view(&self) -> crate::views::WorkersView {
-        crate::views::WorkersView::new(
-            &self.view(),
-            self.now(),
-            self.settings.reconcile.agent_stale_after,
-        )
-    }
-
     /// zookeeper | etcd | jdbc
     pub fn registry_kind(&self) -> &'static str {
         self.registry.kind()
+    }
+
+    /// Why the daemon is not ready, or None when it is.
+    pub async fn not_ready(&self) -> Option<String> {
+        let e = self;
+        let view = e.view();
+        if let reaper_core::ViewState::Invalid { reason, .. } = &view.state {
+            return Some(format!(
+                "registry view invalid ({}): {reason}",
+                e.registry_kind()
+            ));
+        }
+        match tokio::time::timeout(std::time::Duration::from_secs(3), e.ping_store()).await {
+            Ok(Ok(())) => None,
+            Ok(Err(err)) => Some(format!("database: {err}")),
+            Err(_) => Some("database: no answer within 3s".into()),
+        }
     }
 
     pub async fn ping_store(&self) -> Result<(), reaper_core::ports::PortError> {
@@ -361,5 +368,13 @@ impl Engine {
         let s = self.status_read();
         let (what, e) = s.read_errors.iter().next()?;
         Some(format!("{what}: {e}"))
+    }
+}
+
+/// A row's host in a message a person reads: the host, or that it has none.
+pub fn host_words(host: Option<&str>) -> String {
+    match host.map(str::trim) {
+        Some(h) if !h.is_empty() && !h.eq_ignore_ascii_case("null") => h.to_string(),
+        _ => "none".to_string(),
     }
 }

@@ -114,7 +114,7 @@ impl Engine {
                 return Err(ReapError::Refused(format!(
                     "task {} is not a zombie as check judges it (host {}, state {}); use force to override",
                     req.task_id,
-                    crate::views::host_words(row.task.host.as_deref()),
+                    super::host_words(row.task.host.as_deref()),
                     line.state_name(row.task.state).unwrap_or("UNKNOWN")
                 )))
             }

@@ -19,19 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The `state` labels of `ds_reaper_remote_apps`: the RM's states in lower
-/// case, and `unknown` for an application the RM could not tell about.
-pub const REMOTE_APP_STATES: [&str; 9] = [
-    "new",
-    "new_saving",
-    "submitted",
-    "accepted",
-    "running",
-    "finished",
-    "failed",
-    "killed",
-    "unknown",
-];
+use crate::metrics::REMOTE_APP_STATES;
 
 /// Applications asked about per sweep at most; the rest count as unknown
 /// (their tasks hold) until a later sweep.

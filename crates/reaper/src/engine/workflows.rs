@@ -165,7 +165,7 @@ fn chosen(
         None if !force => Err(ReapError::Refused(format!(
             "workflow instance {} is not workflow_master_lost as check judges it (host {}); use force to override",
             wf.id,
-            crate::views::host_words(wf.host.as_deref())
+            super::host_words(wf.host.as_deref())
         ))),
         _ => Ok((
             WorkflowFinding {
