@@ -323,7 +323,11 @@ async fn etcd_a_kill_order_ends_a_ghost() -> anyhow::Result<()> {
     let mut d = Daemon::start_with_env(
         db.url(),
         "/unused",
-        &etcd_config(&eps, &ns, "[policy]\nghost_process = \"kill\"\n"),
+        &etcd_config(
+            &eps,
+            &ns,
+            "[policy]\nghost_process = \"kill\"\n[[policy.rules]]\nreason = \"ghost_process\"\nover = [\"terminal_state\"]\n",
+        ),
         &[("DS_REAPER__RECONCILE__GHOST_AFTER", "3s")],
     )
     .await?;

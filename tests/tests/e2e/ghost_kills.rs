@@ -13,7 +13,12 @@ use std::time::Duration;
 
 const WORKER: &str = "10.0.0.11:1234";
 const LEADER: &str = "ds_reaper_leader";
+/// `ghost_process = "kill"`; these tests finish their rows (SUCCESS), whose
+/// leftovers are killed only under a rule naming `terminal_state` (SPEC §15),
+/// which comes after any rule a test adds (first match wins).
 const KILL: &str = "[policy]\nghost_process = \"kill\"\n";
+const TERMINAL: &str =
+    "[[policy.rules]]\nreason = \"ghost_process\"\nover = [\"terminal_state\"]\n";
 const ENV: &[(&str, &str)] = &[
     ("DS_REAPER__RECONCILE__GHOST_AFTER", "3s"),
     ("DS_REAPER__RECONCILE__AGENT_STALE_AFTER", "10s"),
@@ -115,7 +120,7 @@ async fn a_standby_never_orders_and_a_new_leader_orders_once() -> anyhow::Result
     let mut p_reported = exec.start(line, wf, reported)?;
     let agent = AgentProcess::start(root, WORKER, exec.path(), AGENT_KILLS).await?;
     let cfg = format!(
-        "{KILL}[[policy.rules]]\nreason = \"ghost_process\"\ntask_type = \"PYTHON\"\naction = \"report\"\n"
+        "{KILL}[[policy.rules]]\nreason = \"ghost_process\"\ntask_type = \"PYTHON\"\naction = \"report\"\n{TERMINAL}"
     );
     let a = Daemon::start_with_env(db.url(), root, &cfg, ENV).await?;
     let b = Daemon::start_with_env(db.url(), root, &cfg, ENV).await?;
@@ -263,7 +268,7 @@ async fn the_brake_holds_every_kill_order() -> anyhow::Result<()> {
     let d = Daemon::start_with_env(
         db.url(),
         root,
-        &format!("{KILL}[brake]\nrelease_after = \"2s\"\n"),
+        &format!("{KILL}{TERMINAL}[brake]\nrelease_after = \"2s\"\n"),
         ENV,
     )
     .await?;
@@ -376,7 +381,7 @@ async fn the_sweep_cap_and_the_rate_limit_space_the_kill_orders() -> anyhow::Res
     let d = Daemon::start_with_env(
         db.url(),
         root,
-        &format!("{KILL}[rate]\nper_minute = {PER_MINUTE}\n"),
+        &format!("{KILL}{TERMINAL}[rate]\nper_minute = {PER_MINUTE}\n"),
         &env,
     )
     .await?;

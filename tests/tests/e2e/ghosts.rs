@@ -1,11 +1,12 @@
 //! Processes that should not be running (SPEC §15), end to end: real task
 //! processes, a real agent, the daemon, DS's database changed under them as
 //! DS would. Ghosts of a SUCCESS row, a `flag = 0` row, a row re-dispatched
-//! to another worker and a vanished row are reported once `ghost_after` has
+//! to another machine's worker and a vanished row are reported once `ghost_after` has
 //! passed since the daemon first saw them over, never before; a row that
 //! turns SUCCESS while its process exits, a shell with a controlling terminal
 //! in a finished task's execute path, a process started after its row ended
-//! and a running task's process are never ghosts. Nothing is written to DS.
+//! a running task's process and a live row of a second worker on the same
+//! machine are never ghosts. Nothing is written to DS.
 
 use ds_sim::db::{SimKind, TaskSpec, WorkflowSpec};
 use ds_sim::procs::{ExecBase, TaskProcess};
@@ -14,6 +15,11 @@ use std::collections::BTreeSet;
 
 const WORKER: &str = "10.0.0.11:1234";
 const GHOST_AFTER_S: i64 = 3;
+/// Another worker on WORKER's machine.
+const BESIDE: &str = "10.0.0.11:1235";
+/// `ghost_process = "kill"`, and finished rows' leftovers too (SPEC §15:
+/// `terminal_state` is killed only when a rule names it).
+const KILL_FINISHED: &str = "[policy]\nghost_process = \"kill\"\n[[policy.rules]]\nreason = \"ghost_process\"\nover = [\"terminal_state\"]\n";
 
 fn sql_now() -> String {
     chrono::Utc::now().format("%Y-%m-%d %H:%M:%S").to_string()
@@ -35,6 +41,20 @@ async fn ghosts_are_the_over_rows_own_processes_after_ghost_after() -> anyhow::R
     };
     let (db, root, line) = (&sc.db, sc.root.as_str(), sc.line());
     let (_m, _workers) = sc.cluster().await?;
+    // a second worker JVM on the agent's worker's machine (same address, another port)
+    let _beside_worker = ds_sim::zk::SimServer::register_with(
+        &zk_connect(),
+        root,
+        (line, reaper_core::NodeKind::Worker),
+        BESIDE,
+        &[],
+        long_ago(),
+        ds_sim::zk::SimOptions {
+            zone: "UTC".parse().map_err(|e| anyhow::anyhow!("{e:?}"))?,
+            ..Default::default()
+        },
+    )
+    .await?;
     let wf = db.insert_workflow(&WorkflowSpec::default()).await?;
     let running = |name: &str| {
         let mut t = TaskSpec::new(wf, 1, Some(WORKER));
@@ -56,6 +76,11 @@ async fn ghosts_are_the_over_rows_own_processes_after_ghost_after() -> anyhow::R
     let quick = db.insert_task(&running("quick")).await?;
     let shell = db.insert_task(&running("shell")).await?;
     let alive = db.insert_task(&running("alive")).await?;
+    // live on the other worker of the same machine: its process is listed
+    // here too (one exec_base), and is never this agent's ghost
+    let mut on_beside = running("beside");
+    on_beside.host = Some(BESIDE.into());
+    let beside = db.insert_task(&on_beside).await?;
     // ended two minutes ago; its process is started below, after that
     let mut late = running("late");
     late.state = 7;
@@ -64,7 +89,7 @@ async fn ghosts_are_the_over_rows_own_processes_after_ghost_after() -> anyhow::R
 
     let exec = ExecBase::new()?;
     let mut procs = Vec::new();
-    for t in [success, superseded, moved, vanished, alive] {
+    for t in [success, superseded, moved, vanished, alive, beside] {
         procs.push(exec.start(line, wf, t)?);
     }
     let mut p_quick = exec.start(line, wf, quick)?;
@@ -101,7 +126,7 @@ async fn ghosts_are_the_over_rows_own_processes_after_ghost_after() -> anyhow::R
         || async {
             let w = d.json("/api/v1/workers").await?;
             Ok(w["workers"].as_array().into_iter().flatten().any(|x| {
-                x["host"] == WORKER && x["agent"]["fresh"] == true && x["agent"]["tasks"] == 8
+                x["host"] == WORKER && x["agent"]["fresh"] == true && x["agent"]["tasks"] == 9
             }))
         },
     )
@@ -192,6 +217,9 @@ async fn ghosts_are_the_over_rows_own_processes_after_ghost_after() -> anyhow::R
     assert_eq!(by_id(moved)["row_host"], "10.0.0.12:1234");
     assert_eq!(by_id(moved)["evidence"]["over"], "other_host");
     assert!(by_id(vanished)["row_state"].is_null());
+    // read while it ran, then deleted: a no_row ghost, not row_never_seen
+    assert_eq!(by_id(vanished)["evidence"]["over"], "no_row");
+    assert!(by_id(vanished)["note"].is_null(), "{g:#}");
 
     // not before ghost_after: each was first seen over after the change,
     // and reported (detected) at least ghost_after after that
@@ -227,6 +255,7 @@ async fn ghosts_are_the_over_rows_own_processes_after_ghost_after() -> anyhow::R
     assert_eq!(db.task_state(alive).await?.state, 1);
     assert_eq!(db.task_state(success).await?.state, 7);
     assert_eq!(db.task_state(moved).await?.state, 1);
+    assert_eq!(db.task_state(beside).await?.state, 1);
     assert!(d.audit().iter().all(|r| r["event"] != "intent"));
     let page = reqwest::get(d.url("/")).await?.text().await?;
     assert!(page.contains("id=\"ghosts\""), "the status page's section");
@@ -302,7 +331,7 @@ async fn a_kill_order_ends_the_ghosts_whole_tree() -> anyhow::Result<()> {
     let mut d = Daemon::start_with_env(
         db.url(),
         root,
-        "[policy]\nghost_process = \"kill\"\n",
+        KILL_FINISHED,
         &[
             ("DS_REAPER__RECONCILE__GHOST_AFTER", "3s"),
             ("DS_REAPER__RECONCILE__AGENT_STALE_AFTER", "10s"),

@@ -255,6 +255,11 @@ process_gone = "fail"
 workflow = "recover"
 workflow_master_lost = "recover"
 ghost_process = "kill"
+# lingering_process leaves SUCCESS rows' processes: killed only under a rule
+# naming terminal_state (SPEC §15)
+[[policy.rules]]
+reason = "ghost_process"
+over = ["terminal_state"]
 [leader]
 enabled = true
 [http]

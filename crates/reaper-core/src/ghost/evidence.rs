@@ -1,7 +1,9 @@
 //! What a ghost is made of: the task's own processes among those listed
 //! under it, and the evidence reported with it.
 
-use super::{GhostAction, GhostPolicy, GhostRow, NewerAttempt, Over, Track, KILL_ORDERED};
+use super::{
+    GhostAction, GhostPolicy, GhostRow, NewerAttempt, Over, Track, KILL_ORDERED, ROW_NEVER_SEEN,
+};
 use crate::agent::{AgentProcess, AgentTask};
 use crate::order::OrderPid;
 use crate::plan::Disposition;
@@ -73,11 +75,14 @@ pub(super) struct Seen<'a> {
     pub(super) track: &'a Track,
     pub(super) own: &'a [&'a AgentProcess],
     pub(super) excluded: &'a [&'a AgentProcess],
+    /// `no_row` for a row this daemon never read: no proof (SPEC §15).
+    pub(super) never_seen: bool,
 }
 
 impl Seen<'_> {
     /// The ghost, with its evidence and the policy's action; a kill while
-    /// an order is outstanding (`ordered`) waits for its answer, reported.
+    /// an order is outstanding (`ordered`) waits for its answer, reported;
+    /// a row this daemon never read is reported whatever the policy.
     pub(super) fn ghost(&self, policy: &GhostPolicy, ordered: bool) -> Ghost {
         let (row, own) = (self.row, self.own);
         let started_at = own
@@ -116,8 +121,14 @@ impl Seen<'_> {
             newer_attempt_host: newer.as_ref().and_then(|n| n.host.clone()),
             excluded_pids: self.excluded.iter().map(|p| p.pid).collect(),
         };
-        let action = policy.decide(cand);
+        let action = match self.never_seen {
+            true => GhostAction::Report,
+            false => policy.decide(self.over, cand),
+        };
         let (disposition, note) = match action {
+            GhostAction::Report if self.never_seen => {
+                (Disposition::Report, Some(ROW_NEVER_SEEN.to_string()))
+            }
             GhostAction::Report => (Disposition::Report, None),
             GhostAction::Kill if ordered => (Disposition::Report, Some(KILL_ORDERED.to_string())),
             GhostAction::Kill => (Disposition::Act, None),

@@ -1,5 +1,6 @@
 //! `[policy] ghost_process` and its rules: what to do with a ghost.
 
+use super::Over;
 use crate::candidate::Candidate;
 use crate::line::DsLine;
 use serde::{Deserialize, Serialize};
@@ -52,12 +53,22 @@ pub struct GhostRule {
     pub task_type: Option<String>,
     pub worker_group: Option<String>,
     pub project_code: Option<i64>,
+    /// The ghost kinds the rule matches; None: every kind.
+    #[serde(default)]
+    pub over: Option<Vec<Over>>,
     /// None: the `[policy]` default.
     pub action: Option<GhostAction>,
 }
 
 impl GhostRule {
-    fn matches(&self, row: Option<&Candidate>) -> bool {
+    fn names(&self, over: Over) -> bool {
+        self.over.as_ref().is_some_and(|o| o.contains(&over))
+    }
+
+    fn matches(&self, over: Over, row: Option<&Candidate>) -> bool {
+        if self.over.is_some() && !self.names(over) {
+            return false;
+        }
         if let Some(t) = &self.task_type {
             if !row.is_some_and(|r| r.task_type.trim().eq_ignore_ascii_case(t.trim())) {
                 return false;
@@ -111,11 +122,16 @@ impl GhostPolicy {
         }
     }
 
-    pub(super) fn decide(&self, row: Option<&Candidate>) -> GhostAction {
-        self.rules
-            .iter()
-            .find(|r| r.matches(row))
-            .and_then(|r| r.action)
-            .unwrap_or(self.action)
+    /// The action for a ghost of kind `over` (SPEC §15): the first matching
+    /// rule's, else the `[policy]` default — except that a `terminal_state`
+    /// ghost (what a finished script left running, often on purpose) is
+    /// killed only when the rule that matched it names that kind.
+    pub(super) fn decide(&self, over: Over, row: Option<&Candidate>) -> GhostAction {
+        let rule = self.rules.iter().find(|r| r.matches(over, row));
+        let action = rule.and_then(|r| r.action).unwrap_or(self.action);
+        if over == Over::Terminal && !rule.is_some_and(|r| r.names(over)) {
+            return GhostAction::Report;
+        }
+        action
     }
 }

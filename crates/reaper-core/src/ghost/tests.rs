@@ -2,10 +2,13 @@
 //! their processes count, and when a kill is ordered.
 
 use super::*;
-use crate::agent::{AgentReport, AgentTask};
+use crate::agent::{AgentProcess, AgentReport, AgentTask};
 use crate::brake::BrakeState;
+use crate::line::DsLine;
+use crate::plan::{Blocked, Disposition};
 use crate::rate::TokenBucket;
 use crate::view::NodeInfo;
+use crate::view::NodeKind;
 use crate::ViewState;
 use chrono::TimeZone;
 
@@ -94,6 +97,16 @@ fn row(id: i64, state: i32, flag: i32, host: &str, end: Option<i64>) -> GhostRow
         end_time: end.map(t),
         newer_attempt: None,
     }
+}
+
+/// `ghost_process = "kill"` with a rule naming `terminal_state`: these
+/// tests' rows are finished ones, which are killed only so (SPEC §15).
+fn kill_finished(p: &mut GhostPolicy) {
+    p.action = GhostAction::Kill;
+    p.rules = vec![GhostRule {
+        over: Some(vec![Over::Terminal]),
+        ..GhostRule::default()
+    }];
 }
 
 /// Sweeps repeatedly, carrying memory and safety state like the engine.
@@ -365,7 +378,7 @@ fn a_row_that_turns_live_again_or_a_task_no_longer_listed_resets_the_clock() {
     run(&mut s, &mut v, &done, &tasks, 20, 60);
     // DS re-submits it on the same worker: live again
     run(&mut s, &mut v, &[row(1, 1, 1, W1, None)], &tasks, 70, 70);
-    assert!(s.memory.is_empty());
+    assert!(s.memory.tracks.is_empty());
     let out = run(&mut s, &mut v, &done, &tasks, 80, 130);
     assert!(
         out.iter().all(|(_, g)| g.is_empty()),
@@ -373,7 +386,7 @@ fn a_row_that_turns_live_again_or_a_task_no_longer_listed_resets_the_clock() {
     );
     // no longer listed: forgotten
     run(&mut s, &mut v, &done, &[], 140, 140);
-    assert!(s.memory.is_empty());
+    assert!(s.memory.tracks.is_empty());
 }
 
 #[test]
@@ -394,7 +407,7 @@ fn kill_orders_are_decided_under_the_brake_the_cap_and_the_rate_limit() {
     let disp = |g: &[Ghost]| g.iter().map(|g| g.disposition.clone()).collect::<Vec<_>>();
 
     let mut s = Sweeper::new();
-    s.p.action = GhostAction::Kill;
+    kill_finished(&mut s.p);
     s.budget.cap = 2;
     let g = last(&mut s);
     assert_eq!(g.len(), 5);
@@ -407,7 +420,7 @@ fn kill_orders_are_decided_under_the_brake_the_cap_and_the_rate_limit() {
     assert!(disp(&g).contains(&Disposition::Blocked(Blocked::SweepCap)));
 
     let mut s = Sweeper::new();
-    s.p.action = GhostAction::Kill;
+    kill_finished(&mut s.p);
     s.budget.bucket = Some(TokenBucket {
         tokens: 1.0,
         updated: t(0),
@@ -432,7 +445,7 @@ fn kill_orders_are_decided_under_the_brake_the_cap_and_the_rate_limit() {
     assert!(disp(&g).contains(&Disposition::Blocked(Blocked::RateLimit)));
 
     let mut s = Sweeper::new();
-    s.p.action = GhostAction::Kill;
+    kill_finished(&mut s.p);
     s.budget.set_brake(&BrakeState {
         engaged_since: Some(t(0)),
         why: Some("test".into()),
@@ -444,7 +457,7 @@ fn kill_orders_are_decided_under_the_brake_the_cap_and_the_rate_limit() {
         .all(|g| matches!(g.disposition, Disposition::Blocked(Blocked::Brake(_)))));
 
     let mut s = Sweeper::new();
-    s.p.action = GhostAction::Kill;
+    kill_finished(&mut s.p);
     s.budget.hold = Some("not the leader".into());
     let g = last(&mut s);
     assert!(g
@@ -456,7 +469,7 @@ fn kill_orders_are_decided_under_the_brake_the_cap_and_the_rate_limit() {
 fn an_order_is_issued_once_and_reissued_at_most_once_per_ghost_after() {
     let mut v = view();
     let mut s = Sweeper::new();
-    s.p.action = GhostAction::Kill;
+    kill_finished(&mut s.p);
     let tasks = [(1, vec![proc_(100, 11, false)])];
     let done = [row(1, 7, 1, W1, Some(30))];
     let out = run(&mut s, &mut v, &done, &tasks, 40, 200);
@@ -495,15 +508,18 @@ fn rules_pick_the_action_by_task_type_group_and_project() {
         },
     ];
     let r = row(1, 7, 1, W1, Some(30));
-    assert_eq!(p.decide(Some(&r.task)), GhostAction::Kill);
+    assert_eq!(p.decide(Over::Superseded, Some(&r.task)), GhostAction::Kill);
     let mut py = r.task.clone();
     py.task_type = "PYTHON".into();
-    assert_eq!(p.decide(Some(&py)), GhostAction::Report);
+    assert_eq!(p.decide(Over::Superseded, Some(&py)), GhostAction::Report);
     let mut other = r.task.clone();
     other.project_code = Some(8);
-    assert_eq!(p.decide(Some(&other)), GhostAction::Report);
+    assert_eq!(
+        p.decide(Over::Superseded, Some(&other)),
+        GhostAction::Report
+    );
     // a vanished row matches only rules that name none of its fields
-    assert_eq!(p.decide(None), GhostAction::Report);
+    assert_eq!(p.decide(Over::Superseded, None), GhostAction::Report);
     assert!("kill".parse::<GhostAction>().is_ok());
     assert!("fail".parse::<GhostAction>().is_err());
 }
@@ -550,7 +566,7 @@ fn check_judges_in_one_look_from_the_rows_end() {
     // NEED_FAULT_TOLERANCE: no time to count from
     rows.insert(2, row(2, 8, 1, W1, None));
     let memory = check_memory(&v, &rows, t(121), &p);
-    assert_eq!(memory.len(), 1);
+    assert_eq!(memory.tracks.len(), 1);
     let read = IdSet::from([1, 2]);
     let pl = plan_ghosts(
         &v,
@@ -603,7 +619,7 @@ fn a_mass_of_kills_against_what_the_agents_list_is_braked() {
             })
             .collect();
         let mut s = Sweeper::new();
-        s.p.action = GhostAction::Kill;
+        kill_finished(&mut s.p);
         s.p.brake_min = 3;
         s.p.brake_fraction = 0.5;
         let mut v = view();

@@ -135,11 +135,12 @@ pub(super) fn print_ghosts(ghosts: &[crate::views::GhostView]) {
             })
             .unwrap_or_default();
         println!(
-            "  task {} on {}: pids {} ({row}{newer}): {} -> {}{}",
+            "  task {} on {}: pids {} ({row}{newer}): {} ({}) -> {}{}",
             g.task_id,
             g.worker,
             pids.join(","),
             g.reason,
+            g.evidence.over.as_str(),
             g.action,
             g.note
                 .as_deref()

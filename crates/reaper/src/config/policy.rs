@@ -103,6 +103,7 @@ impl Settings {
                 task_type: r.task_type.clone(),
                 worker_group: r.worker_group.clone(),
                 project_code: r.project_code,
+                over: r.over.clone(),
                 action: match r.action {
                     Some(RuleAction::Kill) => Some(GhostAction::Kill),
                     Some(_) => Some(GhostAction::Report),
@@ -225,6 +226,9 @@ impl Settings {
                     ));
                 }
             }
+            if let Some(why) = rule.over_problem() {
+                out.push((key("over"), why));
+            }
             if rule.workflow.is_some() && rule.reason.is_some_and(ReasonName::is_workflow) {
                 out.push((
                     key("workflow"),
@@ -257,6 +261,17 @@ impl RuleEntry {
             action,
             workflow: self.workflow,
         })
+    }
+
+    /// `over` names ghost kinds (SPEC §15): a rule for any other reason
+    /// would never match what it names, and an empty list matches nothing.
+    fn over_problem(&self) -> Option<String> {
+        let over = self.over.as_ref()?;
+        if self.reason != Some(ReasonName::GhostProcess) {
+            return Some("over applies to reason = \"ghost_process\" rules only".into());
+        }
+        over.is_empty()
+            .then(|| "an empty over matches no ghost; leave it out to match every kind".into())
     }
 
     /// Whether the action suits the reason (SPEC §13: `workflow_stalled` is

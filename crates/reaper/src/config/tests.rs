@@ -708,3 +708,27 @@ action = "kill"
         .to_string();
     assert!(e.contains("agent.scan_timeout"), "{e}");
 }
+
+#[test]
+fn a_ghost_rules_over_reaches_the_policy_and_over_elsewhere_is_an_error_naming_the_key() {
+    use reaper_core::ghost::Over;
+    let s = load_text(
+        r#"
+[[policy.rules]]
+reason = "ghost_process"
+over = ["terminal_state"]
+action = "kill"
+"#,
+    )
+    .unwrap();
+    let g = s.ghost_policy(DsLine::V3_2);
+    assert_eq!(g.rules[0].over.as_deref(), Some(&[Over::Terminal][..]));
+    for text in [
+        "[[policy.rules]]\nreason = \"worker_lost\"\nover = [\"no_row\"]\n",
+        "[[policy.rules]]\nover = [\"flag_0\"]\naction = \"report\"\n",
+        "[[policy.rules]]\nreason = \"ghost_process\"\nover = []\n",
+    ] {
+        let e = load_text(text).unwrap_err().to_string();
+        assert!(e.contains("policy.rules[0].over"), "{text}: {e}");
+    }
+}

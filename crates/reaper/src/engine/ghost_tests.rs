@@ -65,6 +65,17 @@ fn rig(tune: impl FnOnce(&mut Settings)) -> Rig {
     }
 }
 
+/// `ghost_process = "kill"` and a rule naming `terminal_state`: these
+/// tests finish their rows, whose processes are killed only so (SPEC §15).
+fn kill_finished(s: &mut Settings) {
+    s.policy.ghost_process = GhostAction::Kill;
+    s.policy.rules.push(crate::config::RuleEntry {
+        reason: Some(crate::config::ReasonName::GhostProcess),
+        over: Some(vec![reaper_core::ghost::Over::Terminal]),
+        ..Default::default()
+    });
+}
+
 /// A SHELL task on w1 submitted 10 min before t0, live.
 fn task(id: i64) -> Candidate {
     let mut c = Candidate::new(id, "SHELL", 1, Some(W1));
@@ -192,7 +203,7 @@ async fn a_finished_tasks_process_is_a_ghost_after_ghost_after_and_only_reported
 
 #[tokio::test(start_paused = true)]
 async fn a_kill_is_ordered_audited_and_its_answer_closes_it() {
-    let mut r = rig(|s| s.policy.ghost_process = GhostAction::Kill);
+    let mut r = rig(kill_finished);
     r.store.insert(task(1));
     r.store.finish(1, 6, t0());
     r.run(&[1], 80).await;
@@ -241,7 +252,7 @@ async fn a_kill_is_ordered_audited_and_its_answer_closes_it() {
 
 #[tokio::test(start_paused = true)]
 async fn a_refused_order_is_an_error_with_the_agents_detail_and_is_reissued_later() {
-    let mut r = rig(|s| s.policy.ghost_process = GhostAction::Kill);
+    let mut r = rig(kill_finished);
     r.store.insert(task(1));
     r.store.finish(1, 7, t0());
     r.run(&[1], 80).await;
@@ -275,7 +286,7 @@ async fn a_refused_order_is_an_error_with_the_agents_detail_and_is_reissued_late
 
 #[tokio::test(start_paused = true)]
 async fn a_standby_never_orders() {
-    let mut r = rig(|s| s.policy.ghost_process = GhostAction::Kill);
+    let mut r = rig(kill_finished);
     r.leader.set(false);
     r.store.insert(task(1));
     r.store.finish(1, 7, t0());
@@ -291,7 +302,7 @@ async fn a_standby_never_orders() {
 
 #[tokio::test(start_paused = true)]
 async fn the_brake_holds_kill_orders() {
-    let mut r = rig(|s| s.policy.ghost_process = GhostAction::Kill);
+    let mut r = rig(kill_finished);
     r.store.insert(task(1));
     r.store.finish(1, 7, t0());
     let now = r.engine.now();
@@ -309,7 +320,7 @@ async fn the_brake_holds_kill_orders() {
 #[tokio::test(start_paused = true)]
 async fn the_rate_limit_and_the_sweep_cap_hold_kill_orders() {
     let mut r = rig(|s| {
-        s.policy.ghost_process = GhostAction::Kill;
+        kill_finished(s);
         s.rate.per_minute = 2;
         s.reconcile.max_actions_per_sweep = 1;
     });
@@ -370,7 +381,7 @@ async fn superseded_and_vanished_rows_are_ghosts_too() {
 
 #[tokio::test(start_paused = true)]
 async fn the_order_goes_to_the_folder_the_agent_reads() {
-    let mut r = rig(|s| s.policy.ghost_process = GhostAction::Kill);
+    let mut r = rig(kill_finished);
     // the worker registered as "W1:1234": the view keys it in lower case
     r.spelling = "W1:1234".into();
     r.store.insert(task(1));
@@ -521,4 +532,84 @@ async fn without_yarn_a_ghosts_view_has_no_remote_apps_as_the_zombies_has_none()
     let g = until_ghost(&mut r, &[1]).await;
     let view = serde_json::to_value(crate::views::GhostView::new(&g[0])).unwrap();
     assert_eq!(view["remote_apps"], serde_json::json!([]));
+}
+
+/// The JSON `/api/v1/ghosts` and `check --format json` show for a ghost.
+fn view_json(g: &reaper_core::ghost::Ghost) -> serde_json::Value {
+    serde_json::to_value(crate::views::GhostView::new(g)).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_row_never_read_is_row_never_seen_in_the_status_the_audit_and_check() {
+    let mut r = rig(|s| s.policy.ghost_process = GhostAction::Kill);
+    // task 5 has no row this daemon ever read (a lagging replica, say)
+    r.run(&[5], 120).await;
+    let g = r.ghosts();
+    assert_eq!(g.len(), 1);
+    let v = view_json(&g[0]);
+    assert_eq!(v["note"], "row_never_seen");
+    assert_eq!(v["action"], "report");
+    assert_eq!(v["evidence"]["over"], "no_row");
+    assert!(r.reg.order_nodes().is_empty(), "never killed");
+    let detected = r.process_events(AuditEvent::Detected);
+    assert_eq!(detected.len(), 1);
+    assert_eq!(detected[0].detail.as_deref(), Some("row_never_seen"));
+    assert_eq!(detected[0].evidence.as_ref().unwrap()["over"], "no_row");
+    // `check` never read it either: the same, in one look
+    let checked = r.engine.check().await.unwrap().ghosts;
+    assert_eq!(checked.len(), 1);
+    let v = view_json(&checked[0]);
+    assert_eq!(
+        (v["task_id"].as_i64(), v["note"].as_str()),
+        (Some(5), Some("row_never_seen"))
+    );
+    r.no_db_write();
+}
+
+#[tokio::test(start_paused = true)]
+async fn rows_missing_at_once_hold_every_kill_as_a_database_mismatch() {
+    let mut r = rig(|s| {
+        kill_finished(s);
+        s.brake.min_zombies = 2;
+    });
+    r.store.insert(task(1));
+    r.store.finish(1, 7, t0());
+    // 7 and 8: listed, no row
+    r.run(&[1, 7, 8], 120).await;
+    let g = r.ghosts();
+    let one = g.iter().find(|g| g.task_id == 1).unwrap();
+    let v = view_json(one);
+    assert_eq!(v["note"], "database_mismatch", "{v:#}");
+    assert_eq!(v["evidence"]["over"], "terminal_state");
+    assert!(r.reg.order_nodes().is_empty());
+    assert!(r.process_events(AuditEvent::Intent).is_empty());
+    let detected = r.process_events(AuditEvent::Detected);
+    let d1 = detected.iter().find(|d| d.task_id == Some(1)).unwrap();
+    assert_eq!(d1.detail.as_deref(), Some("database_mismatch"));
+    let checked = r.engine.check().await.unwrap().ghosts;
+    let c1 = checked.iter().find(|g| g.task_id == 1).unwrap();
+    assert_eq!(view_json(c1)["note"], "database_mismatch");
+    // the rows arrive: the kill follows
+    r.store.insert(task(7));
+    r.store.insert(task(8));
+    r.run(&[1, 7, 8], 10).await;
+    assert_eq!(r.reg.order_nodes().len(), 1);
+    r.no_db_write();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_live_row_of_another_worker_on_the_same_machine_is_no_ghost() {
+    let mut r = rig(|s| s.policy.ghost_process = GhostAction::Kill);
+    // a second worker JVM on w1's machine
+    let now = r.engine.now();
+    r.reg.update(|v| {
+        v.upsert(NodeKind::Worker, reaper_core::NodeInfo::new("w1:1235", now));
+    });
+    let mut beside = task(1);
+    beside.host = Some("w1:1235".into());
+    r.store.insert(beside);
+    r.run(&[1], 300).await;
+    assert!(r.ghosts().is_empty(), "{:?}", r.ghosts());
+    assert!(r.reg.order_nodes().is_empty());
+    r.no_db_write();
 }

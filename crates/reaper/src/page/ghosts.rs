@@ -39,10 +39,11 @@ pub(super) fn ghosts(h: &mut String, p: &Page) {
                     Some("bad"),
                     vec![
                         format!(
-                            "{} {}<br>{}",
+                            "{} {}<br>{} {}",
                             g.task_id,
                             opt(g.task_name.as_deref()),
-                            tag("bad", g.reason)
+                            tag("bad", g.reason),
+                            esc(g.evidence.over.as_str())
                         ),
                         esc(&g.worker),
                         pids.join(" "),

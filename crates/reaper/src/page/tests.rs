@@ -175,3 +175,49 @@ fn the_page_speaks_chinese_when_asked_and_keeps_identifiers() {
     assert!(h.contains("All clear"), "{h}");
     assert!(!h.contains("僵尸"), "{h}");
 }
+
+#[test]
+fn a_ghost_shows_its_kind_and_its_note() {
+    use reaper_core::ghost::{GhostEvidence, Over};
+    let now = chrono::Utc.timestamp_opt(1_700_000_000, 0).unwrap();
+    let mut p = quiet_page(now);
+    let ghost = |task_id: i64, over: Over, note: &str| crate::views::GhostView {
+        task_id,
+        task_name: None,
+        workflow_instance_id: Some(9),
+        worker: "10.0.0.11:1234".into(),
+        pids: vec![100],
+        started_at: Some(now),
+        row_state: None,
+        row_flag: None,
+        row_host: None,
+        newer_attempt: None,
+        reason: reaper_core::ghost::GHOST_PROCESS,
+        evidence: GhostEvidence {
+            over,
+            row_state: None,
+            row_flag: None,
+            row_host: None,
+            row_start_time: None,
+            row_end_time: None,
+            pids: vec![100],
+            started_at: Some(now),
+            over_since: now,
+            reports_since: 2,
+            newer_attempt_id: None,
+            newer_attempt_host: None,
+            excluded_pids: vec![],
+        },
+        action: "report",
+        note: Some(note.into()),
+        remote_apps: vec![],
+    };
+    p.ghosts = vec![
+        ghost(5, Over::NoRow, "row_never_seen"),
+        ghost(6, Over::Superseded, "database_mismatch"),
+    ];
+    let h = render(&p);
+    for s in ["no_row", "row_never_seen", "flag_0", "database_mismatch"] {
+        assert!(h.contains(s), "{s}: {h}");
+    }
+}

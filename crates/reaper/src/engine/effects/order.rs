@@ -29,6 +29,8 @@ impl Engine {
         r.from_state = g.row_state.clone();
         r.action = Some(g.action.as_str().to_string());
         r.ds_line = Some(line.as_str().to_string());
+        // row_never_seen, database_mismatch, kill_ordered: why it is not killed
+        r.detail = g.note.clone();
         r
     }
 
