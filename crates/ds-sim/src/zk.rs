@@ -14,9 +14,9 @@ use zookeeper_client as zk;
 pub use reaper_core::NodeKind as ServerKind;
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
-/// The process id written into heartbeats: the simulator's own, so that it
-/// is a live process on this host as a real worker JVM's is (an agent that
-/// cannot see its worker's pid is blind, SPEC §12).
+/// The simulator's own process id (owner strings of the JDBC registry).
+/// Heartbeats carry [`crate::procs::jvm_stand_in_pid`]: an agent checks that
+/// the pid is a live `java` process (SPEC §12).
 pub fn sim_pid() -> u32 {
     std::process::id()
 }
@@ -98,7 +98,14 @@ pub fn encode_heartbeat_for(
     report: Instant,
     zone: Zone,
 ) -> String {
-    encode_heartbeat_with_pid(line, host, startup, report, zone, sim_pid())
+    encode_heartbeat_with_pid(
+        line,
+        host,
+        startup,
+        report,
+        zone,
+        crate::procs::jvm_stand_in_pid(),
+    )
 }
 
 /// [`encode_heartbeat_for`] with a given `processId`.
