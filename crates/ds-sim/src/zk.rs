@@ -159,6 +159,8 @@ struct Shared {
     host: String,
     paths: Vec<String>,
     opts: SimOptions,
+    /// The heartbeat's `processId`.
+    pid: u32,
     hb: Mutex<HbState>,
     /// When the heartbeat last reached ZooKeeper (every node written).
     written: HeartbeatClock,
@@ -177,12 +179,13 @@ impl Shared {
         if hb.frozen {
             return None;
         }
-        Some(encode_heartbeat_for(
+        Some(encode_heartbeat_with_pid(
             self.line,
             &self.host,
             hb.startup,
             Utc::now(),
             self.opts.zone,
+            self.pid,
         ))
     }
 }
@@ -228,7 +231,35 @@ impl SimServer {
         startup_time: Instant,
         opts: SimOptions,
     ) -> anyhow::Result<SimServer> {
+        let pid = crate::procs::jvm_stand_in_pid();
+        Self::register_as(
+            connect,
+            root,
+            (line, kind),
+            host,
+            groups,
+            startup_time,
+            opts,
+            pid,
+        )
+        .await
+    }
+
+    /// [`SimServer::register_with`] with heartbeats whose `processId` is
+    /// `pid` (a worker JVM of its own, e.g. a [`crate::procs::JvmStandIn`]).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn register_as(
+        connect: &str,
+        root: &str,
+        (line, kind): (DsLine, NodeKind),
+        host: &str,
+        groups: &[&str],
+        startup_time: Instant,
+        opts: SimOptions,
+        pid: u32,
+    ) -> anyhow::Result<SimServer> {
         let shared = Arc::new(Shared {
+            pid,
             connect: connect.to_string(),
             root: root_prefix(root),
             line,
@@ -260,7 +291,14 @@ impl SimServer {
         .await
         .with_context(|| format!("connecting to ZooKeeper {}", sh.connect))?;
         let data = sh.data().unwrap_or_else(|| {
-            encode_heartbeat_for(sh.line, &sh.host, Utc::now(), Utc::now(), sh.opts.zone)
+            encode_heartbeat_with_pid(
+                sh.line,
+                &sh.host,
+                Utc::now(),
+                Utc::now(),
+                sh.opts.zone,
+                sh.pid,
+            )
         });
         let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
         let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
