@@ -27,6 +27,7 @@ pub mod bounded;
 mod jvm;
 mod lineage;
 mod read;
+mod table;
 
 use crate::appids::AppIds;
 use crate::execpath::{ExecPaths, TaskDir, TaskRef};
@@ -34,7 +35,6 @@ use crate::proc::{has, ProcSource, CAP_DAC_READ_SEARCH, CAP_SYS_PTRACE};
 use bounded::Reader;
 pub use jvm::WorkerJvm;
 use lineage::{Origin, Origins};
-use read::Read;
 use reaper_core::agent::{AgentProcess, AgentTask, Lineage};
 use reaper_core::DsLine;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -297,44 +297,6 @@ impl Scanner {
         scan
     }
 
-    /// Reads every listed process, each read bounded.
-    fn read_table(&mut self, pids: &[i32]) -> Table {
-        let mut table = Table {
-            procs: HashMap::with_capacity(pids.len()),
-            denied: Vec::new(),
-            stuck: Vec::new(),
-            jvm: None,
-        };
-        for (pid, read, dirs) in self.reader.processes(pids, &self.paths) {
-            match read {
-                Read::Ok(p) => {
-                    table.procs.insert(pid, p);
-                    for d in dirs {
-                        self.dirs.entry(d.task.task_id).or_insert(d);
-                    }
-                }
-                Read::Gone => {}
-                Read::Denied => table.denied.push(pid),
-                Read::Stuck => table.stuck.push(pid),
-            }
-        }
-        table
-    }
-
-    /// Finds the worker's JVM in `table` and takes it out (it is no task's
-    /// process, and its children are placed by their own evidence).
-    fn place_jvm(&mut self, table: &mut Table, ms: impl Fn(u64) -> i64) -> Result<(), String> {
-        let seen = self.verify_jvm(&table.procs, ms).map(|_| ());
-        // blind or not, the JVM last verified still parents its tasks
-        table.jvm = self
-            .jvm
-            .filter(|(pid, t)| table.procs.get(pid).is_some_and(|p| p.start_ticks == *t));
-        if let Some((pid, _)) = table.jvm {
-            table.procs.remove(&pid);
-        }
-        seen
-    }
-
     /// Groups the placed processes by task, and remembers them for the next
     /// scan; a process placed nowhere whose evidence was denied is denied.
     fn group(
@@ -382,20 +344,6 @@ impl Scanner {
         self.known = known;
         self.remember(table, &memo);
         tasks
-    }
-
-    /// Counts the denied processes that could be a task's.
-    fn count_unreadable(&mut self, mut denied: Vec<i32>, ancestors: &[i32], scan: &mut Scan) {
-        denied.sort_unstable();
-        for pid in denied {
-            if self.never_a_task(pid, ancestors) {
-                continue;
-            }
-            scan.unreadable += 1;
-            if scan.unreadable_pids.len() < FIRST_UNREADABLE {
-                scan.unreadable_pids.push(pid);
-            }
-        }
     }
 
     /// Why the scan proves nothing: the process folder is missing, or the
@@ -459,31 +407,6 @@ impl Scanner {
             base = t;
         }
         member.get(&pid).copied().flatten()
-    }
-
-    /// The agent and its ancestors (pid 1 included), which no DS task can be:
-    /// a sandbox's or container's init may be unreadable even to root, and
-    /// must not make every scan prove nothing.
-    fn ancestors(&mut self) -> Vec<i32> {
-        let mut out = Vec::new();
-        let Some(mut pid) = self.reader.source.self_pid() else {
-            return out;
-        };
-        for _ in 0..64 {
-            out.push(pid);
-            match self.reader.source.stat(pid) {
-                Ok(s) if s.ppid > 0 && !out.contains(&s.ppid) => pid = s.ppid,
-                _ => break,
-            }
-        }
-        out
-    }
-
-    /// A denied process that cannot be a task's: one of the agent's
-    /// ancestors, or a kernel thread (its `stat` is world-readable).
-    fn never_a_task(&mut self, pid: i32, ancestors: &[i32]) -> bool {
-        ancestors.contains(&pid)
-            || matches!(self.reader.source.stat(pid), Ok(s) if s.kernel_thread())
     }
 }
 
