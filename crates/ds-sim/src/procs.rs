@@ -265,6 +265,77 @@ pub fn clk_tck() -> f64 {
         .unwrap_or(100.0)
 }
 
+/// The pid of a stand-in for a worker JVM on this host, started once per
+/// test process ([`JvmStandIn`]). The simulated heartbeats carry it as
+/// `processId`, because an agent sees its worker only as a live `java`
+/// process (SPEC §12). Where it cannot be started, the test process's pid.
+pub fn jvm_stand_in_pid() -> u32 {
+    static PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *PID.get_or_init(|| {
+        JvmStandIn::start(&[])
+            .map(|j| {
+                let pid = j.pid();
+                // lives as long as the test process (it ends within a second
+                // of it): never dropped
+                std::mem::forget(j);
+                pid as u32
+            })
+            .unwrap_or_else(|_| std::process::id())
+    })
+}
+
+/// A process named `java` standing in for a worker JVM: a copy of
+/// `/bin/sh` run as `<temp>/java` (so its `comm` is `java`, as a real JVM's
+/// is), leading a process group of its own, with one task process per
+/// `task_dirs` entry as its child (`sleep` working in that directory, as a
+/// worker JVM starts its task processes). It ends when the test process
+/// ends; on drop its whole group is killed.
+pub struct JvmStandIn {
+    process: TaskProcess,
+    _dir: tempfile::TempDir,
+}
+
+impl JvmStandIn {
+    pub fn start(task_dirs: &[&Path]) -> io::Result<JvmStandIn> {
+        let dir = tempfile::Builder::new().prefix("ds-sim-jvm-").tempdir()?;
+        let java = dir.path().join("java");
+        std::fs::copy("/bin/sh", &java)?;
+        let script = "for d in \"$@\"; do (cd \"$d\" && exec sleep 86400) & done; \
+                      while kill -0 $PPID 2>/dev/null; do sleep 1; done";
+        let mut args: Vec<String> = vec!["-c".into(), script.into(), "java".into()];
+        args.extend(task_dirs.iter().map(|d| d.to_string_lossy().into_owned()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let program = java.to_string_lossy().into_owned();
+        let process = TaskProcess::spawn(dir.path(), &program, &args)?;
+        Ok(JvmStandIn { process, _dir: dir })
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.process.pid()
+    }
+
+    /// The stand-in's children working in `dir` (its task processes), once
+    /// they are there.
+    pub fn children_in(&self, dir: &Path) -> Vec<i32> {
+        let me = self.pid();
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| {
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                let ppid = stat
+                    .rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok());
+                ppid == Some(me)
+                    && std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|c| c == dir)
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,9 +14,9 @@ use zookeeper_client as zk;
 pub use reaper_core::NodeKind as ServerKind;
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
-/// The process id written into heartbeats: the simulator's own, so that it
-/// is a live process on this host as a real worker JVM's is (an agent that
-/// cannot see its worker's pid is blind, SPEC §12).
+/// The simulator's own process id (owner strings of the JDBC registry).
+/// Heartbeats carry [`crate::procs::jvm_stand_in_pid`]: an agent checks that
+/// the pid is a live `java` process (SPEC §12).
 pub fn sim_pid() -> u32 {
     std::process::id()
 }
@@ -98,7 +98,14 @@ pub fn encode_heartbeat_for(
     report: Instant,
     zone: Zone,
 ) -> String {
-    encode_heartbeat_with_pid(line, host, startup, report, zone, sim_pid())
+    encode_heartbeat_with_pid(
+        line,
+        host,
+        startup,
+        report,
+        zone,
+        crate::procs::jvm_stand_in_pid(),
+    )
 }
 
 /// [`encode_heartbeat_for`] with a given `processId`.
@@ -152,6 +159,8 @@ struct Shared {
     host: String,
     paths: Vec<String>,
     opts: SimOptions,
+    /// The heartbeat's `processId`.
+    pid: u32,
     hb: Mutex<HbState>,
     /// When the heartbeat last reached ZooKeeper (every node written).
     written: HeartbeatClock,
@@ -170,12 +179,13 @@ impl Shared {
         if hb.frozen {
             return None;
         }
-        Some(encode_heartbeat_for(
+        Some(encode_heartbeat_with_pid(
             self.line,
             &self.host,
             hb.startup,
             Utc::now(),
             self.opts.zone,
+            self.pid,
         ))
     }
 }
@@ -221,7 +231,35 @@ impl SimServer {
         startup_time: Instant,
         opts: SimOptions,
     ) -> anyhow::Result<SimServer> {
+        let pid = crate::procs::jvm_stand_in_pid();
+        Self::register_as(
+            connect,
+            root,
+            (line, kind),
+            host,
+            groups,
+            startup_time,
+            opts,
+            pid,
+        )
+        .await
+    }
+
+    /// [`SimServer::register_with`] with heartbeats whose `processId` is
+    /// `pid` (a worker JVM of its own, e.g. a [`crate::procs::JvmStandIn`]).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn register_as(
+        connect: &str,
+        root: &str,
+        (line, kind): (DsLine, NodeKind),
+        host: &str,
+        groups: &[&str],
+        startup_time: Instant,
+        opts: SimOptions,
+        pid: u32,
+    ) -> anyhow::Result<SimServer> {
         let shared = Arc::new(Shared {
+            pid,
             connect: connect.to_string(),
             root: root_prefix(root),
             line,
@@ -253,7 +291,14 @@ impl SimServer {
         .await
         .with_context(|| format!("connecting to ZooKeeper {}", sh.connect))?;
         let data = sh.data().unwrap_or_else(|| {
-            encode_heartbeat_for(sh.line, &sh.host, Utc::now(), Utc::now(), sh.opts.zone)
+            encode_heartbeat_with_pid(
+                sh.line,
+                &sh.host,
+                Utc::now(),
+                Utc::now(),
+                sh.opts.zone,
+                sh.pid,
+            )
         });
         let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
         let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());

@@ -74,11 +74,9 @@ struct Cursor {
 impl Cursor {
     /// Reads what is new in `path` (bounded) and adds the ids in it.
     fn advance(&mut self, path: &Path, ids: &mut BTreeSet<String>) {
-        let Ok(mut f) = File::open(path) else { return };
-        let Ok(meta) = f.metadata() else { return };
-        if !meta.is_file() {
+        let Some((mut f, meta)) = open_regular(path) else {
             return;
-        }
+        };
         let key = (meta.dev(), meta.ino());
         let len = meta.len();
         if self.file != Some(key) || len < self.offset {
@@ -118,6 +116,24 @@ impl Cursor {
         let keep = buf.len().min(CARRY);
         self.carry = buf.split_off(buf.len() - keep);
     }
+}
+
+/// Opens a task file to read only when it is a regular file (SPEC §12): a
+/// FIFO named `appInfo.log` would block an open for reading (`O_NONBLOCK`),
+/// and a symbolic link would be followed with the agent's capability to
+/// read any file (`O_NOFOLLOW`); the type is checked on the open file.
+fn open_regular(path: &Path) -> Option<(File, std::fs::Metadata)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(
+            i32::try_from((rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::NOFOLLOW).bits())
+                .ok()?,
+        )
+        .open(path)
+        .ok()?;
+    let meta = f.metadata().ok()?;
+    meta.is_file().then_some((f, meta))
 }
 
 /// Adds the ids in `buf` to `ids`; an id running to the end of `buf` is

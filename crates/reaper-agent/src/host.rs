@@ -137,6 +137,7 @@ mod tests {
             name: name.into(),
             heartbeat_host: None,
             process_id: None,
+            startup_time: None,
             lines: vec![],
         }
     }

@@ -76,6 +76,15 @@ pub struct AgentSettings {
     pub task_log_base: Option<PathBuf>,
     /// `agent.scan_interval` (at least 100 ms is used).
     pub scan_interval: Duration,
+    /// `agent.scan_timeout`: how long one process's reads may take; None:
+    /// the scan interval.
+    pub scan_timeout: Option<Duration>,
+    /// `reconcile.clock_skew_tolerance`: the worker JVM's start time against
+    /// its heartbeat's `startupTime`.
+    pub clock_skew_tolerance: Duration,
+    /// `reconcile.agent_stale_after`: how long the worker's node may be
+    /// absent before the agent is blind.
+    pub stale_after: Duration,
     /// `agent.path`: under the registry root, e.g. `ds-reaper/agents`.
     pub path: String,
     /// `agent.listen`.
@@ -103,6 +112,9 @@ impl AgentSettings {
             process_dir: None,
             task_log_base: None,
             scan_interval: Duration::from_secs(10),
+            scan_timeout: None,
+            clock_skew_tolerance: Duration::from_secs(5),
+            stale_after: Duration::from_secs(35),
             path: "ds-reaper/agents".into(),
             listen: SocketAddr::from(([127, 0, 0, 1], 9478)),
             line: None,
@@ -136,6 +148,9 @@ impl AgentSettings {
         }
         if self.scan_interval.is_zero() {
             bad.push("agent.scan_interval must be positive".to_string());
+        }
+        if self.scan_timeout.is_some_and(|t| t.is_zero()) {
+            bad.push("agent.scan_timeout must be positive".to_string());
         }
         if self.kill_grace.is_zero() || self.kill_grace > MAX_KILL_GRACE {
             bad.push(format!(

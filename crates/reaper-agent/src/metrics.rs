@@ -12,6 +12,8 @@ pub struct Metrics {
     pub scans_total: IntCounter,
     pub scan_duration_seconds: Histogram,
     pub task_processes: IntGauge,
+    /// Listed tasks all of whose processes have a controlling terminal.
+    pub tty_tasks: IntGauge,
     pub unreadable_processes: IntGauge,
     pub publish_errors_total: IntCounter,
     pub registry_connected: IntGauge,
@@ -49,6 +51,13 @@ impl Metrics {
                 gauge(
                     "task_processes",
                     "Processes of DS task instances seen by the last scan",
+                ),
+            ),
+            tty_tasks: reg(
+                &r,
+                gauge(
+                    "tty_tasks",
+                    "Tasks of the last scan all of whose processes have a controlling terminal (sudo's use_pty hides them from ghost detection)",
                 ),
             ),
             unreadable_processes: reg(
@@ -132,6 +141,7 @@ mod tests {
             "ds_reaper_agent_scans_total",
             "ds_reaper_agent_scan_duration_seconds",
             "ds_reaper_agent_task_processes",
+            "ds_reaper_agent_tty_tasks",
             "ds_reaper_agent_unreadable_processes",
             "ds_reaper_agent_publish_errors_total",
             "ds_reaper_agent_registry_connected",

@@ -36,6 +36,8 @@ pub struct ProcStat {
     pub threads: u64,
     /// Field 22: start time in clock ticks after boot.
     pub start_ticks: u64,
+    /// Field 2, the command name (`comm`), is `java`: a JVM (SPEC §12).
+    pub java: bool,
 }
 
 /// `PF_KTHREAD` (linux/sched.h): a kernel thread.
@@ -65,6 +67,8 @@ impl ProcStat {
 /// the last `)`.
 pub fn parse_stat(data: &[u8]) -> Option<ProcStat> {
     let close = data.iter().rposition(|b| *b == b')')?;
+    let open = data.iter().position(|b| *b == b'(')?;
+    let java = open < close && &data[open + 1..close] == b"java";
     let mut fields = data[close + 1..]
         .split(|b| b.is_ascii_whitespace())
         .filter(|f| !f.is_empty());
@@ -83,6 +87,7 @@ pub fn parse_stat(data: &[u8]) -> Option<ProcStat> {
         flags,
         threads,
         start_ticks,
+        java,
     })
 }
 
@@ -101,6 +106,19 @@ pub trait ProcSource: Send {
     fn cmdline(&mut self, _pid: i32) -> io::Result<Vec<u8>> {
         Ok(Vec::new())
     }
+    /// The target of `/proc/<pid>/exe`: the executable's path (a JVM's
+    /// file name is `java` even where its `comm` is not). Sources that know
+    /// no executables answer `Unsupported`.
+    fn exe(&mut self, _pid: i32) -> io::Result<PathBuf> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
+    /// Another source on the same process table, for a reader thread of its
+    /// own: a read that never returns then strands only that copy (SPEC §12:
+    /// every read of the scan is bounded). None: this source's reads run on
+    /// the scanner's thread, unbounded.
+    fn fork(&self) -> Option<Box<dyn ProcSource>> {
+        None
+    }
     /// The agent's own pid as this proc filesystem shows it (`self`), when known.
     fn self_pid(&mut self) -> Option<i32>;
     /// `btime` of `/proc/stat`: the boot time, in seconds since the epoch.
@@ -113,6 +131,43 @@ pub trait ProcSource: Send {
     /// filesystem is mounted `hidepid=invisible` (or `ptraceable`) and the
     /// agent lacks `CAP_SYS_PTRACE`. Such a scan proves no absence.
     fn blind(&mut self) -> Option<String>;
+}
+
+/// A boxed source is a source: [`ProcSource::fork`]'s copies are boxed.
+impl ProcSource for Box<dyn ProcSource> {
+    fn pids(&mut self) -> io::Result<Vec<i32>> {
+        (**self).pids()
+    }
+    fn cwd(&mut self, pid: i32) -> io::Result<PathBuf> {
+        (**self).cwd(pid)
+    }
+    fn stat(&mut self, pid: i32) -> io::Result<ProcStat> {
+        (**self).stat(pid)
+    }
+    fn cmdline(&mut self, pid: i32) -> io::Result<Vec<u8>> {
+        (**self).cmdline(pid)
+    }
+    fn exe(&mut self, pid: i32) -> io::Result<PathBuf> {
+        (**self).exe(pid)
+    }
+    fn fork(&self) -> Option<Box<dyn ProcSource>> {
+        (**self).fork()
+    }
+    fn self_pid(&mut self) -> Option<i32> {
+        (**self).self_pid()
+    }
+    fn boot_time(&mut self) -> io::Result<i64> {
+        (**self).boot_time()
+    }
+    fn clock_ticks(&self) -> u64 {
+        (**self).clock_ticks()
+    }
+    fn capabilities(&mut self) -> Option<u64> {
+        (**self).capabilities()
+    }
+    fn blind(&mut self) -> Option<String> {
+        (**self).blind()
+    }
 }
 
 /// The proc filesystem mounted at `root`. Paths are resolved relative to
@@ -317,6 +372,18 @@ impl ProcSource for ProcFs {
         Ok(out)
     }
 
+    fn exe(&mut self, pid: i32) -> io::Result<PathBuf> {
+        self.open_root()?;
+        self.set_path(pid, "exe");
+        self.read_link()
+    }
+
+    fn fork(&self) -> Option<Box<dyn ProcSource>> {
+        Some(Box::new(
+            ProcFs::new(&self.root).with_clock_ticks(self.ticks),
+        ))
+    }
+
     fn self_pid(&mut self) -> Option<i32> {
         std::fs::read_link(self.root.join("self"))
             .ok()?
@@ -408,85 +475,4 @@ pub fn hidepid(mountinfo: &str, root: &Path) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stat_fields_count_from_the_last_parenthesis() {
-        let line = b"4242 (sleep) S 1 4242 4242 0 -1 4194304 100 0 0 0 0 0 0 0 20 0 1 0 987654 2000 50 18446744073709551615";
-        assert_eq!(
-            parse_stat(line),
-            Some(ProcStat {
-                state: b'S',
-                ppid: 1,
-                tty_nr: 0,
-                flags: 4194304,
-                threads: 1,
-                start_ticks: 987654
-            })
-        );
-        let odd = b"7 (a) (b c) Z 1 7 7 0 -1 4194304 100 0 0 0 0 0 0 0 20 0 1 0 55 0 0";
-        let s = parse_stat(odd).unwrap();
-        assert_eq!((s.state, s.start_ticks), (b'Z', 55));
-        assert!(s.ended());
-        assert_eq!(parse_stat(b"7 (x) S 1 2"), None);
-        let leader = b"9 (java) Z 1 9 9 0 -1 4194304 100 0 0 0 0 0 0 0 20 0 31 0 55 0 0";
-        let l = parse_stat(leader).unwrap();
-        assert_eq!(l.threads, 31);
-        assert!(
-            !l.ended(),
-            "a zombie leader with live threads is a live process"
-        );
-        let tty = b"77 (bash) S 70 77 77 34816 77 4194560 100 0 0 0 0 0 0 0 20 0 1 0 55 0 0";
-        let t = parse_stat(tty).unwrap();
-        assert!(t.tty() && !s.tty());
-        assert_eq!((t.ppid, t.flags, t.start_ticks), (70, 4194560, 55));
-        let kthread = b"2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 1 0 0 20 0 1 0 24 0 0";
-        assert!(parse_stat(kthread).unwrap().kernel_thread());
-        assert_eq!(parse_stat(b"garbage"), None);
-    }
-
-    #[test]
-    fn the_real_proc_reads() {
-        let mut p = ProcFs::new("/proc");
-        let me = std::process::id() as i32;
-        assert!(p.pids().unwrap().contains(&me));
-        assert_eq!(p.cwd(me).unwrap(), std::env::current_dir().unwrap());
-        let s = p.stat(me).unwrap();
-        assert!(!s.ended() && !s.kernel_thread());
-        assert_eq!(p.self_pid(), Some(me));
-        let boot = p.boot_time().unwrap();
-        assert!(boot > 1_000_000_000);
-        assert!(p.clock_ticks() >= 1);
-        assert!(p.capabilities().is_some());
-        assert_eq!(p.cwd(i32::MAX).unwrap_err().kind(), io::ErrorKind::NotFound);
-        let argv0 = std::env::args().next().unwrap();
-        let cmd = p.cmdline(me).unwrap();
-        assert_eq!(cmd.split(|b| *b == 0).next(), Some(argv0.as_bytes()));
-        assert_eq!(
-            p.cmdline(i32::MAX).unwrap_err().kind(),
-            io::ErrorKind::NotFound
-        );
-    }
-
-    #[test]
-    fn capabilities_and_hidepid() {
-        let status = "Name:\tx\nCapInh:\t0000000000000000\nCapEff:\t0000000000080004\n";
-        let c = parse_cap_eff(status).unwrap();
-        assert!(has(c, CAP_SYS_PTRACE) && has(c, CAP_DAC_READ_SEARCH));
-        assert!(!has(
-            parse_cap_eff("CapEff:\t0000000000000004").unwrap(),
-            CAP_SYS_PTRACE
-        ));
-        let mi = "22 1 0:21 / /proc rw,nosuid,nodev,noexec,relatime shared:12 - proc proc rw\n\
-                  99 22 0:50 / /proc rw,relatime - proc proc rw,hidepid=invisible\n\
-                  23 1 0:22 / /sys rw - sysfs sysfs rw,hidepid=2\n";
-        assert_eq!(
-            hidepid(mi, Path::new("/proc")).as_deref(),
-            Some("invisible")
-        );
-        assert_eq!(hidepid(mi, Path::new("/sys")), None);
-        let plain = "22 1 0:21 / /proc rw shared:12 - proc proc rw,hidepid=noaccess\n";
-        assert_eq!(hidepid(plain, Path::new("/proc")), None);
-    }
-}
+mod tests;

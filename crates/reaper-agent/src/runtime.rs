@@ -44,12 +44,26 @@ struct Status {
     /// The worker JVM's pid from the last heartbeat that carried one: kept
     /// while the worker's node is absent (SPEC §12).
     worker_pid: Option<i64>,
+    /// That heartbeat's `startupTime` (epoch ms), where it had one.
+    worker_startup: Option<i64>,
+    /// Since when the worker's node has been absent; None while present.
+    absent_since: Option<tokio::time::Instant>,
+    /// `auto` chose another worker: the scanner forgets the old JVM.
+    rebound: bool,
+    /// `auto` found several workers with this host's addresses.
+    ambiguous: Option<String>,
     /// The lines the worker's node allows, when seen.
     worker_lines: Option<Vec<reaper_core::DsLine>>,
+    /// When the last scan completed.
+    scanned_at: Option<tokio::time::Instant>,
 }
 
 pub(crate) struct Shared {
     pub(crate) metrics: Metrics,
+    /// 3 × `agent.scan_interval`: an older last scan makes the agent not ready.
+    scan_stale_after: Duration,
+    /// Where the agent can read YARN application ids for its line (§17).
+    sources: worker::Sources,
     publisher: Arc<dyn Publisher>,
     status: Mutex<Status>,
     orders: Arc<Orders>,
@@ -71,6 +85,19 @@ impl Shared {
     pub(crate) fn not_ready(&self) -> Option<String> {
         let st = lock(&self.status);
         let mut why = Vec::new();
+        if let (Some(at), Some(_)) = (st.scanned_at, &st.last_scan) {
+            let age = tokio::time::Instant::now().saturating_duration_since(at);
+            if age > self.scan_stale_after {
+                why.push(format!(
+                    "the last completed scan is {} s old (more than 3 × agent.scan_interval): \
+                     a scan is stuck, its reports have stopped",
+                    age.as_secs()
+                ));
+            }
+        }
+        if let Some(a) = &st.ambiguous {
+            why.push(a.clone());
+        }
         match &st.last_scan {
             None => why.push("no scan has completed yet".to_string()),
             Some(s) if s.unreadable > 0 => {
@@ -109,8 +136,16 @@ impl Shared {
     pub(crate) fn summary(&self) -> String {
         let st = lock(&self.status);
         let tasks = st.last_scan.as_ref().map_or(0, |s| s.tasks.len());
+        let lines = worker::lines_of(self.sources.line, st.worker_lines.as_deref());
+        let ids = match self.sources.of(&lines) {
+            s if s.is_empty() => "; no YARN application-id source for this line \
+                 (no appInfo.log before 3.2 or with appId.collect = log, and no agent.task_log_base): \
+                 its YARN tasks' applications are unknown"
+                .to_string(),
+            s => format!("; application ids from {}", s.join(", ")),
+        };
         format!(
-            "worker {}, {tasks} task(s) seen",
+            "worker {}, {tasks} task(s) seen{ids}",
             st.worker.as_deref().unwrap_or("?")
         )
     }
@@ -180,7 +215,9 @@ impl Agent {
             .clone()
             .unwrap_or_else(|| settings.exec_base.join("exec").join("process"));
         let scanner = Scanner::new(source, ExecPaths::with_folder(folder, settings.line))
-            .with_task_log_base(settings.task_log_base.clone());
+            .with_task_log_base(settings.task_log_base.clone())
+            .with_clock_skew(settings.clock_skew_tolerance)
+            .with_read_timeout(settings.scan_timeout.unwrap_or(settings.scan_interval));
         let metrics = Metrics::new();
         let orders = Arc::new(Orders::new(
             crate::kill::KillRules {
@@ -191,6 +228,11 @@ impl Agent {
             metrics.clone(),
         ));
         let shared = Arc::new(Shared {
+            scan_stale_after: settings.scan_interval.max(MIN_INTERVAL) * 3,
+            sources: worker::Sources {
+                line: settings.line,
+                task_log: settings.task_log_base.is_some(),
+            },
             metrics,
             orders,
             publisher: publisher.clone(),
@@ -350,8 +392,11 @@ async fn scan_once(
     }
     let worker_pid = lock(&shared.status).worker_pid;
     {
-        let st = lock(&shared.status);
-        s.set_worker_pid(st.worker_pid);
+        let mut st = lock(&shared.status);
+        if std::mem::take(&mut st.rebound) {
+            s.forget_worker();
+        }
+        s.set_worker(worker::expected_jvm(&st, settings.stale_after, worker));
         if settings.line.is_none() {
             if let Some(lines) = &st.worker_lines {
                 s.set_lines(lines);
@@ -374,9 +419,13 @@ async fn scan_once(
 /// Keeps the scan for the status and publishes its report, once the agent
 /// knows its worker.
 async fn report(shared: &Shared, worker: Option<String>, seq: u64, exec_base: &str, scan: Scan) {
+    let lines = {
+        let st = lock(&shared.status);
+        worker::lines_of(shared.sources.line, st.worker_lines.as_deref())
+    };
     let report = AgentReport {
-        tty_tasks: 0,
-        app_id_sources: None,
+        tty_tasks: scan.tty_tasks,
+        app_id_sources: Some(shared.sources.of(&lines)),
         worker: worker.clone().unwrap_or_default(),
         agent_version: env!("CARGO_PKG_VERSION").to_string(),
         seq,
@@ -388,7 +437,11 @@ async fn report(shared: &Shared, worker: Option<String>, seq: u64, exec_base: &s
         blind: scan.blind.clone(),
         tasks: scan.tasks.clone(),
     };
-    lock(&shared.status).last_scan = Some(scan);
+    {
+        let mut st = lock(&shared.status);
+        st.last_scan = Some(scan);
+        st.scanned_at = Some(tokio::time::Instant::now());
+    }
     if let Some(worker) = worker {
         publish(shared, &worker, report).await;
     }
@@ -401,6 +454,8 @@ fn observe(shared: &Shared, scan: &Scan) {
     m.scan_duration_seconds.observe(scan.duration.as_secs_f64());
     m.task_processes
         .set(scan.task_processes.try_into().unwrap_or(i64::MAX));
+    m.tty_tasks
+        .set(scan.tty_tasks.try_into().unwrap_or(i64::MAX));
     m.unreadable_processes
         .set(scan.unreadable.try_into().unwrap_or(i64::MAX));
     let before = lock(&shared.status)

@@ -23,15 +23,21 @@
 //! denied). The worker's JVM (its heartbeat's `processId`) is never a task's
 //! process; not seeing it makes the agent blind.
 
+pub mod bounded;
+mod jvm;
+mod lineage;
 mod read;
+mod table;
 
 use crate::appids::AppIds;
 use crate::execpath::{ExecPaths, TaskDir, TaskRef};
 use crate::proc::{has, ProcSource, CAP_DAC_READ_SEARCH, CAP_SYS_PTRACE};
-use read::Read;
-use reaper_core::agent::{AgentProcess, AgentTask};
+use bounded::Reader;
+pub use jvm::WorkerJvm;
+use lineage::{Origin, Origins};
+use reaper_core::agent::{AgentProcess, AgentTask, Lineage};
 use reaper_core::DsLine;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 /// How many unreadable pids a scan keeps, for `/readyz` and the log.
@@ -65,6 +71,9 @@ pub struct Scan {
     pub blind: Option<String>,
     /// Each listed task's execute path, where a process showed it.
     pub dirs: BTreeMap<i64, TaskDir>,
+    /// Listed tasks all of whose processes have a controlling terminal
+    /// (SPEC §12: sudo's `use_pty`).
+    pub tty_tasks: u64,
 }
 
 /// One live process as read.
@@ -73,6 +82,8 @@ struct Proc {
     ppid: i32,
     start_ticks: u64,
     tty: bool,
+    /// Its `comm` is `java`.
+    java: bool,
     /// The task its command line names.
     command: Option<TaskRef>,
     /// The task its working directory says.
@@ -86,17 +97,32 @@ struct Table {
     procs: HashMap<i32, Proc>,
     /// Processes whose reading was denied.
     denied: Vec<i32>,
-    /// The worker's JVM is in sight.
-    worker_seen: bool,
+    /// Processes whose reads did not finish in time.
+    stuck: Vec<i32>,
+    /// The worker's JVM (pid, start ticks): the one verified now, else the
+    /// one last verified if it still runs. Never a task's process.
+    jvm: Option<(i32, u64)>,
 }
 
 /// Scans a [`ProcSource`] for the task processes in one process folder.
 pub struct Scanner {
-    source: Box<dyn ProcSource>,
+    reader: Reader,
     paths: ExecPaths,
-    /// The worker JVM's pid from its heartbeat: the last one seen; None
-    /// while no heartbeat has been seen.
-    worker_pid: Option<i64>,
+    /// What the registry says of the worker's JVM.
+    worker: WorkerJvm,
+    /// `reconcile.clock_skew_tolerance`.
+    clock_skew: Duration,
+    /// The process last verified as the worker's JVM (pid, start ticks).
+    jvm: Option<(i32, u64)>,
+    /// Heartbeats without `startupTime`: the start first seen for the pid.
+    first_seen: Option<(i32, u64)>,
+    /// Processes seen under the worker's JVM, and under another JVM.
+    own: HashSet<(i32, u64)>,
+    foreign: HashSet<(i32, u64)>,
+    /// Whether a process's executable is `java`, once read.
+    exe_java: HashMap<(i32, u64), bool>,
+    /// This scan's tasks with a process of the worker's.
+    lineage: HashSet<i64>,
     /// The last scan's members, by pid and start time.
     known: HashMap<(i32, u64), TaskRef>,
     /// Execute paths seen in this scan, by task id.
@@ -108,9 +134,16 @@ pub struct Scanner {
 impl Scanner {
     pub fn new(source: Box<dyn ProcSource>, paths: ExecPaths) -> Scanner {
         Scanner {
-            source,
+            reader: Reader::new(source),
             paths,
-            worker_pid: None,
+            worker: WorkerJvm::Unknown,
+            clock_skew: Duration::from_secs(5),
+            jvm: None,
+            first_seen: None,
+            own: HashSet::new(),
+            foreign: HashSet::new(),
+            exe_java: HashMap::new(),
+            lineage: HashSet::new(),
             known: HashMap::new(),
             dirs: BTreeMap::new(),
             apps: AppIds::default(),
@@ -123,9 +156,54 @@ impl Scanner {
         self
     }
 
-    /// The worker JVM's pid, from the latest heartbeat that carried one.
+    /// The worker JVM's pid, from the latest heartbeat that carried one,
+    /// for a heartbeat without `startupTime`; None: no heartbeat seen.
     pub fn set_worker_pid(&mut self, pid: Option<i64>) {
-        self.worker_pid = pid;
+        self.worker = match pid {
+            Some(pid) => WorkerJvm::Registered {
+                pid,
+                startup_ms: None,
+            },
+            None => WorkerJvm::Unknown,
+        };
+    }
+
+    /// What the registry says of the worker's JVM now.
+    pub fn set_worker(&mut self, worker: WorkerJvm) {
+        self.worker = worker;
+    }
+
+    /// `reconcile.clock_skew_tolerance`: how much later than the heartbeat's
+    /// `startupTime` the JVM may seem to have started.
+    pub fn with_clock_skew(mut self, skew: Duration) -> Scanner {
+        self.clock_skew = skew;
+        self
+    }
+
+    /// `agent.scan_timeout`: how long one process's reads may take.
+    pub fn with_read_timeout(mut self, timeout: Duration) -> Scanner {
+        self.reader.set_timeout(timeout);
+        self
+    }
+
+    /// Reader threads stuck in a read now (at most [`bounded::MAX_STUCK`]).
+    pub fn stuck_readers(&self) -> usize {
+        self.reader.stuck()
+    }
+
+    /// Another worker is this agent's now (`auto` chose again): what was
+    /// seen of the old one's JVM and lineage is no evidence any more.
+    pub fn forget_worker(&mut self) {
+        self.worker = WorkerJvm::Unknown;
+        self.jvm = None;
+        self.first_seen = None;
+        self.own.clear();
+        self.foreign.clear();
+    }
+
+    /// The worker's JVM as last verified: (pid, start ticks).
+    pub fn worker_jvm(&self) -> Option<(i32, u64)> {
+        self.jvm
     }
 
     /// Reads execute paths and command files as those of `lines` (what the
@@ -151,76 +229,72 @@ impl Scanner {
         };
         self.paths.refresh();
         self.dirs.clear();
-        let listed = self.source.pids();
-        let boot = self.source.boot_time();
+        self.reader.recover();
+        // an exec keeps pid and start time: names are read anew every scan
+        self.exe_java.clear();
+        let listed = self.reader.source.pids();
+        let boot = self.reader.source.boot_time();
         let (mut pids, boot) = match (listed, boot) {
             (Ok(p), Ok(b)) => (p, b),
             (Err(e), _) | (_, Err(e)) => {
                 scan.unreadable = 1;
                 scan.denied = Some(format!("cannot read the process table: {e}"));
-                scan.blind = self.blindness(false);
+                scan.blind = self.blindness(Err("the process table is unreadable".into()));
                 scan.duration = clock.elapsed();
                 return scan;
             }
         };
         // ascending, so the first unreadable pids named are the lowest
         pids.sort_unstable();
-        let hz = self.source.clock_ticks().max(1);
+        let hz = self.reader.source.clock_ticks().max(1);
         scan.processes = pids.len();
         let ancestors = self.ancestors();
+        let ms = |ticks: u64| {
+            boot.saturating_mul(1000)
+                .saturating_add((ticks.saturating_mul(1000) / hz) as i64)
+        };
         let mut table = self.read_table(&pids);
+        let seen = self.place_jvm(&mut table, ms);
         let mut member: HashMap<i32, Option<TaskRef>> = HashMap::with_capacity(table.procs.len());
         for &pid in &pids {
             if table.procs.contains_key(&pid) {
                 self.resolve(pid, &table.procs, &mut member);
             }
         }
-        let ms = |ticks: u64| {
-            boot.saturating_mul(1000)
-                .saturating_add((ticks.saturating_mul(1000) / hz) as i64)
-        };
         let tasks = self.group(&pids, &mut table, &member, ms, &mut scan);
-        self.count_unreadable(table.denied, &ancestors, &mut scan);
-        scan.tasks = agent_tasks(tasks);
+        let stuck = std::mem::take(&mut table.stuck);
+        self.count_unreadable(std::mem::take(&mut table.denied), &ancestors, &mut scan);
+        scan.unreadable += stuck.len() as u64;
+        for pid in &stuck {
+            if scan.unreadable_pids.len() < FIRST_UNREADABLE {
+                scan.unreadable_pids.push(*pid);
+            }
+        }
+        scan.tasks = agent_tasks(tasks, &self.lineage);
+        scan.tty_tasks = scan
+            .tasks
+            .iter()
+            .filter(|t| !t.processes.is_empty() && t.processes.iter().all(|p| p.tty))
+            .count() as u64;
         scan.dirs = std::mem::take(&mut self.dirs);
         scan.dirs
             .retain(|id, _| scan.tasks.iter().any(|t| t.task_id == *id));
         self.apps.fill(&mut scan.tasks, &scan.dirs);
-        if let Some(why) = self.source.blind() {
+        if let Some(why) = self.reader.source.blind() {
             scan.unreadable += 1;
             scan.denied = Some(why);
+        } else if !stuck.is_empty() {
+            scan.denied = Some(format!(
+                "the reads of {} process(es) did not finish within agent.scan_timeout \
+                 (a hung /proc read: a dead NFS or FUSE mount?)",
+                stuck.len()
+            ));
         } else if scan.unreadable > 0 {
-            scan.denied = Some(lacking(self.source.capabilities()));
+            scan.denied = Some(lacking(self.reader.source.capabilities()));
         }
-        scan.blind = self.blindness(table.worker_seen);
+        scan.blind = self.blindness(seen);
         scan.duration = clock.elapsed();
         scan
-    }
-
-    /// Reads every listed process but the worker's JVM.
-    fn read_table(&mut self, pids: &[i32]) -> Table {
-        let worker = self.worker_pid.and_then(|p| i32::try_from(p).ok());
-        let mut table = Table {
-            procs: HashMap::with_capacity(pids.len()),
-            denied: Vec::new(),
-            worker_seen: false,
-        };
-        for &pid in pids {
-            let read = self.read(pid);
-            if Some(pid) == worker {
-                // the JVM is no task's, and its children are placed by their own evidence
-                table.worker_seen |= !matches!(read, Read::Gone);
-                continue;
-            }
-            match read {
-                Read::Ok(p) => {
-                    table.procs.insert(pid, p);
-                }
-                Read::Gone => {}
-                Read::Denied => table.denied.push(pid),
-            }
-        }
-        table
     }
 
     /// Groups the placed processes by task, and remembers them for the next
@@ -235,12 +309,22 @@ impl Scanner {
     ) -> BTreeMap<i64, (i64, Vec<AgentProcess>)> {
         let mut tasks: BTreeMap<i64, (i64, Vec<AgentProcess>)> = BTreeMap::new();
         let mut known = HashMap::new();
+        let mut memo = Origins::new();
+        self.lineage.clear();
         for &pid in pids {
-            let Some(p) = table.procs.get(&pid) else {
+            let Some(p) = table.procs.get(&pid).copied() else {
                 continue;
             };
             match member.get(&pid).copied().flatten() {
                 Some(task) => {
+                    let origin = self.origin(pid, table, member, &mut memo);
+                    if origin == Origin::Foreign {
+                        // another worker's: never listed
+                        continue;
+                    }
+                    if origin == Origin::Own {
+                        self.lineage.insert(task.task_id);
+                    }
                     known.insert((pid, p.start_ticks), task);
                     let e = tasks
                         .entry(task.task_id)
@@ -258,26 +342,13 @@ impl Scanner {
             }
         }
         self.known = known;
+        self.remember(table, &memo);
         tasks
-    }
-
-    /// Counts the denied processes that could be a task's.
-    fn count_unreadable(&mut self, mut denied: Vec<i32>, ancestors: &[i32], scan: &mut Scan) {
-        denied.sort_unstable();
-        for pid in denied {
-            if self.never_a_task(pid, ancestors) {
-                continue;
-            }
-            scan.unreadable += 1;
-            if scan.unreadable_pids.len() < FIRST_UNREADABLE {
-                scan.unreadable_pids.push(pid);
-            }
-        }
     }
 
     /// Why the scan proves nothing: the process folder is missing, or the
     /// worker's JVM is not in sight (or no heartbeat said which it is).
-    fn blindness(&self, worker_seen: bool) -> Option<String> {
+    fn blindness(&self, worker_seen: Result<(), String>) -> Option<String> {
         let mut why = Vec::new();
         if !self.paths.folder_exists() {
             why.push(format!(
@@ -286,16 +357,8 @@ impl Scanner {
                 self.paths.folder().display()
             ));
         }
-        match self.worker_pid {
-            None => why.push(
-                "the worker's heartbeat has not been seen: the agent cannot check that it sees the worker's JVM"
-                    .to_string(),
-            ),
-            Some(pid) if !worker_seen => why.push(format!(
-                "the worker's JVM (processId {pid} of its heartbeat) is not a live process in the agent's view \
-                 (a sidecar without shareProcessNamespace, or a container without the host's PID namespace?)"
-            )),
-            Some(_) => {}
+        if let Err(e) = worker_seen {
+            why.push(e);
         }
         (!why.is_empty()).then(|| why.join("; "))
     }
@@ -345,40 +408,24 @@ impl Scanner {
         }
         member.get(&pid).copied().flatten()
     }
-
-    /// The agent and its ancestors (pid 1 included), which no DS task can be:
-    /// a sandbox's or container's init may be unreadable even to root, and
-    /// must not make every scan prove nothing.
-    fn ancestors(&mut self) -> Vec<i32> {
-        let mut out = Vec::new();
-        let Some(mut pid) = self.source.self_pid() else {
-            return out;
-        };
-        for _ in 0..64 {
-            out.push(pid);
-            match self.source.stat(pid) {
-                Ok(s) if s.ppid > 0 && !out.contains(&s.ppid) => pid = s.ppid,
-                _ => break,
-            }
-        }
-        out
-    }
-
-    /// A denied process that cannot be a task's: one of the agent's
-    /// ancestors, or a kernel thread (its `stat` is world-readable).
-    fn never_a_task(&mut self, pid: i32, ancestors: &[i32]) -> bool {
-        ancestors.contains(&pid) || matches!(self.source.stat(pid), Ok(s) if s.kernel_thread())
-    }
 }
 
-/// The tasks as listed: each one's processes in ascending pid order.
-fn agent_tasks(tasks: BTreeMap<i64, (i64, Vec<AgentProcess>)>) -> Vec<AgentTask> {
+/// The tasks as listed: each one's processes in ascending pid order, `own`
+/// when any of them is.
+fn agent_tasks(
+    tasks: BTreeMap<i64, (i64, Vec<AgentProcess>)>,
+    own: &HashSet<i64>,
+) -> Vec<AgentTask> {
     tasks
         .into_iter()
         .map(|(task_id, (wf, mut processes))| {
             processes.sort_by_key(|p| p.pid);
             AgentTask {
-                lineage: None,
+                lineage: Some(if own.contains(&task_id) {
+                    Lineage::Own
+                } else {
+                    Lineage::Orphan
+                }),
                 task_id,
                 workflow_instance_id: wf,
                 pids: processes.iter().map(|p| p.pid).collect(),
@@ -418,3 +465,6 @@ pub fn lacking(caps: Option<u64>) -> String {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod safety_tests;

@@ -144,6 +144,33 @@ pub struct FakeProcess<'a> {
     pub args: &'a [&'a str],
 }
 
+impl FakeProc {
+    /// Renames process `pid` (its `comm`, field 2 of `stat`): `java` makes it
+    /// a JVM in the agent's eyes.
+    pub fn set_comm(&self, pid: i32, comm: &str) -> io::Result<()> {
+        let path = self.root.join(pid.to_string()).join("stat");
+        let stat = std::fs::read_to_string(&path)?;
+        let (open, close) = match (stat.find('('), stat.rfind(')')) {
+            (Some(o), Some(c)) if o < c => (o, c),
+            _ => return Err(io::ErrorKind::InvalidData.into()),
+        };
+        std::fs::write(
+            path,
+            format!("{}({comm}){}", &stat[..open], &stat[close + 1..]),
+        )
+    }
+
+    /// Sets the executable (`<pid>/exe`) of process `pid`.
+    pub fn set_exe(&self, pid: i32, exe: &Path) -> io::Result<()> {
+        let link = self.root.join(pid.to_string()).join("exe");
+        match std::fs::remove_file(&link) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        std::os::unix::fs::symlink(exe, link)
+    }
+}
+
 /// Which error a denied process answers with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Denial {
@@ -215,6 +242,20 @@ impl<S: ProcSource> ProcSource for Denying<S> {
             Some(e) => Err(e),
             None => self.inner.cmdline(pid),
         }
+    }
+
+    fn exe(&mut self, pid: i32) -> io::Result<PathBuf> {
+        match self.denied(pid) {
+            Some(e) => Err(e),
+            None => self.inner.exe(pid),
+        }
+    }
+
+    fn fork(&self) -> Option<Box<dyn ProcSource>> {
+        Some(Box::new(Denying {
+            inner: self.inner.fork()?,
+            deny: self.deny.clone(),
+        }))
     }
 
     fn self_pid(&mut self) -> Option<i32> {

@@ -34,6 +34,9 @@ pub struct RegisteredWorker {
     pub heartbeat_host: Option<String>,
     /// The heartbeat's `processId`: the worker JVM's pid on this host.
     pub process_id: Option<i64>,
+    /// The heartbeat's `startupTime`: the agent checks the JVM's start time
+    /// against it (SPEC §12). None where the heartbeat has none.
+    pub startup_time: Option<crate::Instant>,
     /// The DS lines the node's layout and heartbeat format allow (empty:
     /// none, they contradict each other).
     pub lines: Vec<DsLine>,
@@ -54,7 +57,8 @@ impl RegisteredWorker {
                 .as_ref()
                 .and_then(|h| h.address.as_deref())
                 .map(|a| host_part(a).to_string()),
-            process_id: hb.and_then(|h| h.process_id),
+            process_id: hb.as_ref().and_then(|h| h.process_id),
+            startup_time: hb.and_then(|h| h.startup_time),
             lines: Detected::from_evidence(layout, format, csv14).lines,
         }
     }

@@ -22,6 +22,7 @@ fn registered(n: &NodeInfo, lines: &[DsLine]) -> RegisteredWorker {
             .as_deref()
             .and_then(|a| a.rsplit_once(':').map(|(h, _)| h.to_string())),
         process_id: n.process_id,
+        startup_time: n.startup_time,
         lines: lines.to_vec(),
     }
 }

@@ -19,6 +19,7 @@ mod ghosts;
 mod jdbc;
 mod judging;
 mod leader;
+mod lineage;
 mod lines;
 mod page;
 mod policy;

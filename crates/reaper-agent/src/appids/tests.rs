@@ -308,3 +308,29 @@ fn a_task_without_files_has_no_ids_and_an_unknown_path_keeps_what_was_read() {
     apps.fill(&mut tasks, &BTreeMap::new());
     assert_eq!(tasks[0].app_ids, ["application_3_4"]);
 }
+
+/// A FIFO named `appInfo.log` is never opened for a blocking read, and a
+/// symbolic link (to a file the agent could read with its capabilities) is
+/// never followed: neither gives ids, and the scan does not hang.
+#[test]
+fn a_fifo_or_a_symlink_is_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("appInfo.log");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let mut c = Cursor::default();
+    let mut set = BTreeSet::new();
+    c.advance(&fifo, &mut set);
+    assert!(set.is_empty());
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, "application_1700000000000_0009\n").unwrap();
+    let link = dir.path().join("link.log");
+    std::os::unix::fs::symlink(&secret, &link).unwrap();
+    c.advance(&link, &mut set);
+    assert!(set.is_empty(), "{set:?}");
+    c.advance(&secret, &mut set);
+    assert_eq!(set.len(), 1, "a regular file is read");
+}

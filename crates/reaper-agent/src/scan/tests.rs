@@ -483,6 +483,7 @@ fn a_script_that_cds_elsewhere_keeps_every_child() {
         0,
         &["java", "-cp", "x"],
     );
+    t.fake.set_comm(400, "java").unwrap();
     proc_(&t, 500, 400, job, 100, 0, &["bash", file]);
     proc_(&t, 501, 500, job, 110, 0, &["/bin/sh", "./run.sh"]);
     proc_(
@@ -633,6 +634,7 @@ fn the_worker_jvm_is_never_a_task_process() {
     let t = Tree::new();
     let dir = t.exec("default/1/2_3/11/12");
     proc_(&t, 400, 1, &dir, 10, 0, &["java"]);
+    t.fake.set_comm(400, "java").unwrap();
     proc_(&t, 401, 400, &dir, 20, 0, &["sleep", "1"]);
     let mut s = t.scanner(Some(DsLine::V3_2));
     s.set_worker_pid(Some(400));
@@ -647,6 +649,7 @@ fn the_worker_jvm_is_never_a_task_process() {
 fn blind_without_the_process_folder_or_the_workers_jvm() {
     let t = Tree::new();
     proc_(&t, 400, 1, Path::new("/"), 10, 0, &["java"]);
+    t.fake.set_comm(400, "java").unwrap();
     let mut s = t.scanner(None);
     let blind = s.scan().blind.unwrap();
     assert!(blind.contains("process folder"), "{blind}");

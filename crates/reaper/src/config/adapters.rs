@@ -125,6 +125,9 @@ pub fn agent_settings(s: &Settings) -> anyhow::Result<reaper_agent::AgentSetting
     a.process_dir = s.agent.process_dir.clone();
     a.task_log_base = s.agent.task_log_base.clone();
     a.scan_interval = s.agent.scan_interval;
+    a.scan_timeout = s.agent.scan_timeout;
+    a.clock_skew_tolerance = s.reconcile.clock_skew_tolerance;
+    a.stale_after = s.reconcile.agent_stale_after;
     a.path = s.agent.path.clone();
     a.listen = s.agent.listen;
     a.allow_kill = s.agent.allow_kill;
