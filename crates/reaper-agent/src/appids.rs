@@ -2,9 +2,13 @@
 //!
 //! While a YARN task runs, DS keeps its application ids only on the worker
 //! host (reference §9): in `<execute_path>/appInfo.log` (3.2+ with
-//! `appId.collect = aop`, one id per line) and in the task's own log, where
-//! the worker's log collector finds them by `application_\d+_\d+`. The agent
-//! reads both and publishes the ids in the task's report entry.
+//! `appId.collect = aop`, one id per line) and in the task's own log. The
+//! agent reads both and publishes the ids in the task's report entry. From
+//! the task log it takes only the ids on the lines a YARN client writes when
+//! it submits the task's own application and reports on it ([`OWN_LINE`]),
+//! never any `application_…` text: a script may print other jobs' ids
+//! (`yarn application -list`, an upstream wait), and a kill of those would
+//! end somebody else's work.
 //!
 //! Logs can be large: each file is read incrementally from where the last
 //! scan stopped, at most [`CHUNK`] bytes per file per scan, and when more
@@ -56,6 +60,29 @@ pub const WALK_LIMIT: usize = 20_000;
 pub const WALK_EVERY: Duration = Duration::from_secs(60);
 
 const PREFIX: &[u8] = b"application_";
+
+/// What a line of a task log must say for its id to be the task's own: the
+/// YARN client's submit and report lines (Hadoop's `YarnClientImpl`, Spark's
+/// `Client`, Flink's `YarnClusterDescriptor`) and the tracking URL MapReduce
+/// and Hive print for the job they submitted.
+pub const OWN_LINE: [&[u8]; 7] = [
+    b"Submitted application ",
+    b"Submitting application ",
+    b"Application report for ",
+    b"Tracking URL",
+    b"tracking URL",
+    b"The url to track the job",
+    b"of application '",
+];
+
+/// The longest task-log line kept over from one read to the next; the
+/// start of a longer one is dropped.
+const MAX_LINE: usize = 16 << 10;
+
+/// Whether a task-log line is one [`OWN_LINE`] names.
+pub fn own_line(line: &[u8]) -> bool {
+    OWN_LINE.iter().any(|m| find(line, m).is_some())
+}
 /// Longest id kept over from one read to the next.
 const CARRY: usize = PREFIX.len() + 2 * 19 + 1;
 
@@ -72,8 +99,9 @@ struct Cursor {
 }
 
 impl Cursor {
-    /// Reads what is new in `path` (bounded) and adds the ids in it.
-    fn advance(&mut self, path: &Path, ids: &mut BTreeSet<String>) {
+    /// Reads what is new in `path` (bounded) and adds the ids in it; with
+    /// `lines`, only those on complete lines that [`own_line`] accepts.
+    fn advance(&mut self, path: &Path, ids: &mut BTreeSet<String>, lines: bool) {
         let Some((mut f, meta)) = open_regular(path) else {
             return;
         };
@@ -89,7 +117,12 @@ impl Cursor {
         if len == self.offset {
             if self.pending_eof == Some(len) {
                 // nothing was written after it for a whole scan: complete
-                scan_ids(&self.carry, true, ids);
+                if !lines || own_line(&self.carry) {
+                    scan_ids(&self.carry, true, ids);
+                }
+                if lines {
+                    self.carry.clear();
+                }
                 self.pending_eof = None;
             }
             return;
@@ -111,10 +144,34 @@ impl Cursor {
         }
         let read = (buf.len() - carried) as u64;
         self.offset += read;
+        if lines {
+            self.own_lines(buf, len, ids);
+            return;
+        }
         let partial = scan_ids(&buf, false, ids);
         self.pending_eof = (partial && self.offset == len).then_some(len);
         let keep = buf.len().min(CARRY);
         self.carry = buf.split_off(buf.len() - keep);
+    }
+}
+
+impl Cursor {
+    /// The complete lines of `buf` that name the task's own application;
+    /// the incomplete last line is kept for the next read (or taken whole
+    /// once the file ended there for a whole scan).
+    fn own_lines(&mut self, mut buf: Vec<u8>, len: u64, ids: &mut BTreeSet<String>) {
+        let end = buf.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+        for line in buf[..end].split(|b| *b == b'\n') {
+            if own_line(line) {
+                scan_ids(line, true, ids);
+            }
+        }
+        let mut rest = buf.split_off(end);
+        if rest.len() > MAX_LINE {
+            rest.drain(..rest.len() - MAX_LINE);
+        }
+        self.pending_eof = (!rest.is_empty() && self.offset == len).then_some(len);
+        self.carry = rest;
     }
 }
 
@@ -222,7 +279,7 @@ impl AppIds {
             if let Some(dir) = dirs.get(&task.task_id) {
                 tracked
                     .app_info
-                    .advance(&dir.dir.join("appInfo.log"), &mut tracked.ids);
+                    .advance(&dir.dir.join("appInfo.log"), &mut tracked.ids, false);
                 if let Some(base) = &self.task_log_base {
                     if tracked.log.is_none() {
                         let now = Instant::now();
@@ -231,7 +288,7 @@ impl AppIds {
                         }
                     }
                     if let Some((path, cursor)) = &mut tracked.log {
-                        cursor.advance(path, &mut tracked.ids);
+                        cursor.advance(path, &mut tracked.ids, true);
                     }
                 }
             }

@@ -75,17 +75,17 @@ fn a_file_is_read_on_from_where_it_was_left_and_ids_cut_between_reads_are_found(
     let mut c = Cursor::default();
     let mut set = BTreeSet::new();
     append(&p, "application_1700000000000_0001\napplication_17000000");
-    c.advance(&p, &mut set);
+    c.advance(&p, &mut set, false);
     assert_eq!(set.len(), 1);
     append(&p, "00000_0002\n");
-    c.advance(&p, &mut set);
+    c.advance(&p, &mut set, false);
     assert!(set.contains("application_1700000000000_0002"), "{set:?}");
     assert_eq!(set.len(), 2);
     // an id without a newline at the end of the file: taken after a quiet scan
     append(&p, "application_1700000000000_0003");
-    c.advance(&p, &mut set);
+    c.advance(&p, &mut set, false);
     assert_eq!(set.len(), 2);
-    c.advance(&p, &mut set);
+    c.advance(&p, &mut set, false);
     assert!(set.contains("application_1700000000000_0003"), "{set:?}");
 }
 
@@ -96,9 +96,9 @@ fn a_truncated_or_replaced_file_is_read_from_its_start() {
     let mut c = Cursor::default();
     let mut set = BTreeSet::new();
     append(&p, &"x".repeat(1000));
-    c.advance(&p, &mut set);
+    c.advance(&p, &mut set, false);
     std::fs::write(&p, "application_1_2\n").unwrap();
-    c.advance(&p, &mut set);
+    c.advance(&p, &mut set, false);
     assert!(set.contains("application_1_2"), "{set:?}");
 }
 
@@ -119,7 +119,7 @@ fn a_huge_log_is_read_in_bounded_chunks_and_its_middle_skipped() {
     }
     let mut c = Cursor::default();
     let mut set = BTreeSet::new();
-    c.advance(&p, &mut set);
+    c.advance(&p, &mut set, false);
     // more than BACKLOG unread: only the last CHUNK was read
     assert_eq!(c.offset, 40 << 20);
     assert_eq!(set.iter().collect::<Vec<_>>(), ["application_7_7"]);
@@ -128,9 +128,9 @@ fn a_huge_log_is_read_in_bounded_chunks_and_its_middle_skipped() {
     let q = dir.path().join("grow.log");
     File::create(&q).unwrap().set_len(3 * CHUNK).unwrap();
     let mut c = Cursor::default();
-    c.advance(&q, &mut set);
+    c.advance(&q, &mut set, false);
     assert_eq!(c.offset, CHUNK);
-    c.advance(&q, &mut set);
+    c.advance(&q, &mut set, false);
     assert_eq!(c.offset, 2 * CHUNK);
 }
 
@@ -239,7 +239,7 @@ fn ids_come_from_app_info_log_and_the_3_2_task_log() {
     // later lines are read on the next scan; a task no longer listed is forgotten
     h.log(
         &format!("{}/200/3/41/42.log", day(now)),
-        "application_1700000000000_0003 running\n",
+        "Application report for application_1700000000000_0003 (state: RUNNING)\n",
     );
     apps.fill(&mut tasks, &h.dirs());
     assert_eq!(tasks[0].app_ids.len(), 3);
@@ -254,7 +254,7 @@ fn the_3_1_task_log_of_yesterday_is_found() {
     let yesterday = now - 86_400_000;
     h.log(
         &format!("{}/200_3-41-42.log", day(yesterday)),
-        "application_1700000000000_0009\n",
+        "Application report for application_1700000000000_0009 (state: RUNNING)\n",
     );
     let mut tasks = listed(42, 41, now);
     AppIds::new(Some(h.logs.clone())).fill(&mut tasks, &h.dirs());
@@ -264,13 +264,16 @@ fn the_3_1_task_log_of_yesterday_is_found() {
 #[test]
 fn the_1_3_and_2_0_task_logs_are_found() {
     let h = Host::new(DsLine::V1_3, "7/8/41/42");
-    h.log("8/41/42.log", "application_1_13\n");
+    h.log("8/41/42.log", "Submitted application application_1_13\n");
     let mut tasks = listed(42, 41, 0);
     AppIds::new(Some(h.logs.clone())).fill(&mut tasks, &h.dirs());
     assert_eq!(tasks[0].app_ids, ["application_1_13"]);
 
     let h = Host::new(DsLine::V2_0, "100/200_3/41/42");
-    h.log("200_3/41/42.log", "application_1_20\n");
+    h.log(
+        "200_3/41/42.log",
+        "Submitted application application_1_20\n",
+    );
     let mut tasks = listed(42, 41, 0);
     AppIds::new(Some(h.logs.clone())).fill(&mut tasks, &h.dirs());
     assert_eq!(tasks[0].app_ids, ["application_1_20"]);
@@ -282,12 +285,12 @@ fn a_3_3_task_only_path_has_its_log_searched_for() {
     let now = chrono::Utc::now().timestamp_millis();
     h.log(
         &format!("{}/200/3/41/42.log", day(now)),
-        "application_1_33\n",
+        "Application report for application_1_33 (state: RUNNING)\n",
     );
     // another task's log of the same day is not it
     h.log(
         &format!("{}/200/3/41/421.log", day(now)),
-        "application_1_99\n",
+        "Application report for application_1_99 (state: RUNNING)\n",
     );
     let mut tasks = listed(42, 0, now);
     let mut apps = AppIds::new(Some(h.logs.clone()));
@@ -323,14 +326,52 @@ fn a_fifo_or_a_symlink_is_not_read() {
     assert!(made.success());
     let mut c = Cursor::default();
     let mut set = BTreeSet::new();
-    c.advance(&fifo, &mut set);
+    c.advance(&fifo, &mut set, false);
     assert!(set.is_empty());
     let secret = dir.path().join("secret");
     std::fs::write(&secret, "application_1700000000000_0009\n").unwrap();
     let link = dir.path().join("link.log");
     std::os::unix::fs::symlink(&secret, &link).unwrap();
-    c.advance(&link, &mut set);
+    c.advance(&link, &mut set, false);
     assert!(set.is_empty(), "{set:?}");
-    c.advance(&secret, &mut set);
+    c.advance(&secret, &mut set, false);
     assert_eq!(set.len(), 1, "a regular file is read");
+}
+
+/// SPEC §17: from the task log only the ids of the lines a YARN client
+/// writes for the task's own application; a listing of other jobs, or an
+/// upstream wait printing its id, is never taken.
+#[test]
+fn only_the_yarn_clients_own_lines_name_the_tasks_applications() {
+    let h = Host::new(DsLine::V3_2, "tenant/100/200_3/41/42");
+    let now = chrono::Utc::now().timestamp_millis();
+    let log = format!("{}/200/3/41/42.log", day(now));
+    h.log(
+        &log,
+        "Total number of applications (application-types: [] and states: [RUNNING]):2\n\
+         application_1700000000000_0100\tetl-daily\tSPARK\tetl\tdefault\tRUNNING\n\
+         waiting for upstream application_1700000000000_0101 to finish\n\
+         INFO Client: Submitted application application_1700000000000_0007\n\
+         INFO mapreduce.Job: The url to track the job: http://rm:8088/proxy/application_1700000000000_0008/\n",
+    );
+    let mut tasks = listed(42, 41, now);
+    AppIds::new(Some(h.logs.clone())).fill(&mut tasks, &h.dirs());
+    assert_eq!(
+        tasks[0].app_ids,
+        [
+            "application_1700000000000_0007",
+            "application_1700000000000_0008"
+        ]
+    );
+    // a line cut by the end of what was written is taken once it is whole
+    h.log(
+        &log,
+        "INFO Client: Application report for application_1700000000000_0009 (state: ACC",
+    );
+    let mut apps = AppIds::new(Some(h.logs.clone()));
+    apps.fill(&mut tasks, &h.dirs());
+    assert_eq!(tasks[0].app_ids.len(), 2);
+    h.log(&log, "EPTED)\n");
+    apps.fill(&mut tasks, &h.dirs());
+    assert_eq!(tasks[0].app_ids.len(), 3);
 }
