@@ -42,6 +42,8 @@ bash tests/yarn/launch.sh prepare >"$yarn_log" 2>&1 &
 yarn_pid=$!
 part "deployment artifacts (promtool, systemd-analyze, dashboard, manifests)"
 bash scripts/check-deploy.sh
+part "the code's shape (import cycles between modules, files over 500 lines, functions over 80)"
+python3 scripts/check-structure.py
 part "the .deb, installed into an empty root (the debug binary just built; scripts/package.sh makes the release packages)"
 bash scripts/check-package.sh
 part "fuzz targets' build, in the background while the tests compile (its own toolchain and target dir)"

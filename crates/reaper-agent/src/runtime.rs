@@ -241,16 +241,7 @@ impl Agent {
                 ..Status::default()
             }),
         });
-        tracing::info!(
-            version = env!("CARGO_PKG_VERSION"),
-            exec_base = %settings.exec_base.display(),
-            worker = settings.worker.as_deref().unwrap_or("auto"),
-            registry = settings.registry.name(),
-            scan_interval = ?settings.scan_interval,
-            allow_kill = settings.allow_kill,
-            listen = ?listener.local_addr().ok(),
-            "starting the ds-reaper agent"
-        );
+        log_start(&settings, &listener);
         shared.orders.log_start();
         let http_cancel = cancel.clone();
         let app = crate::http::router(shared.clone());
@@ -278,6 +269,19 @@ impl Agent {
         tracing::info!("agent stopped");
         result.and(served)
     }
+}
+
+fn log_start(settings: &AgentSettings, listener: &tokio::net::TcpListener) {
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        exec_base = %settings.exec_base.display(),
+        worker = settings.worker.as_deref().unwrap_or("auto"),
+        registry = settings.registry.name(),
+        scan_interval = ?settings.scan_interval,
+        allow_kill = settings.allow_kill,
+        listen = ?listener.local_addr().ok(),
+        "starting the ds-reaper agent"
+    );
 }
 
 /// The systemd watchdog period to ping at, if one is set.
