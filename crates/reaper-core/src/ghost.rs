@@ -6,12 +6,14 @@
 //! (kill orders, under the same brake, caps and token bucket as every write).
 
 mod admit;
+mod apps;
 mod evidence;
 mod judging;
 mod memory;
 mod over;
 mod policy;
 
+pub use apps::{plan_ghost_apps, OverTask};
 pub use evidence::{Ghost, GhostEvidence};
 use judging::Judging;
 pub use memory::{check_memory, ordered, GhostMemory, Track};

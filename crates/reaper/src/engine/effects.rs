@@ -73,11 +73,12 @@ impl GateClosed {
 
 /// One effect of a plan on the world.
 pub(super) enum Effect<'a> {
-    /// Kill one live YARN application of a zombie about to be written
-    /// (SPEC §17, `kill_remote_apps`); ordered before the task batch, which
-    /// then writes the zombie only once every such application is final.
+    /// Kill one live YARN application (SPEC §17, `kill_remote_apps`): a
+    /// zombie's about to be written — ordered before the task batch, which
+    /// then writes the zombie only once every such application is final —
+    /// or a ghost's.
     KillRemoteApp {
-        zombie: &'a Zombie,
+        target: RemoteTarget<'a>,
         app: &'a RemoteApp,
     },
     /// One conditional batch of task writes and their follow-ups (§4.2, §5).
@@ -89,6 +90,13 @@ pub(super) enum Effect<'a> {
     },
     /// A kill order for a ghost's processes (§15).
     KillOrder { ghost: &'a Ghost, folder: String },
+}
+
+/// Whose application a kill ends.
+#[derive(Clone, Copy)]
+pub(super) enum RemoteTarget<'a> {
+    Zombie(&'a Zombie),
+    Ghost(&'a Ghost),
 }
 
 impl Effect<'_> {
@@ -177,8 +185,8 @@ impl Engine {
                 continue;
             }
             let outcome = match effect {
-                Effect::KillRemoteApp { zombie, app } => {
-                    let o = self.kill_remote_app(zombie, app, cx).await;
+                Effect::KillRemoteApp { target, app } => {
+                    let o = self.kill_remote_app(target, app, cx).await;
                     if let Outcome::RemoteApp {
                         app_id,
                         final_now: true,

@@ -4,7 +4,7 @@
 //! are judged alongside. The result is data: what the sweep publishes and
 //! the effects it asks the executor for ([`Judgement::effects`]).
 
-use super::effects::{Effect, Gate, Item};
+use super::effects::{Effect, Gate, Item, RemoteTarget};
 use super::read::Read;
 use super::remote::Answers;
 use super::sweep::{Mode, Stop};
@@ -12,6 +12,7 @@ use super::{Engine, SweepState, SweepSummary};
 use reaper_core::anomaly::{plan_task_anomalies, plan_workflow_anomalies, AnomalyReport};
 use reaper_core::ghost::{Ghost, GhostMemory};
 use reaper_core::order::KillOrder;
+use reaper_core::remote::AppPhase;
 use reaper_core::workflow::{plan_workflows, WorkflowFinding};
 use reaper_core::{
     plan_within, Budget, Disposition, DsLine, IdSet, Instant, RegistryView, SafetyState,
@@ -94,12 +95,8 @@ impl Engine {
             &mut budget,
             &mut anomalies,
         );
-        let (ghosts, orders) = listed.map_or((None, None), |listed| {
-            let (mut ghosts, memory) =
-                self.plan_ghost_step(st, &listed, &view, now, line, mode, &mut budget);
-            remote.on_ghosts(&mut ghosts);
-            (Some((Arc::new(ghosts), memory)), listed.orders)
-        });
+        let (ghosts, orders) =
+            self.plan_all_ghosts(st, listed, &remote, &view, now, line, mode, &mut budget);
         Ok(Judgement {
             line,
             mode,
@@ -210,6 +207,57 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// The listed tasks' ghosts, then the ghost applications of over rows no
+    /// agent lists (SPEC §17), in the budget the earlier planners left.
+    #[allow(clippy::too_many_arguments)]
+    fn plan_all_ghosts(
+        &self,
+        st: &SweepState,
+        listed: Option<super::ghosts::Listed>,
+        remote: &super::remote::Answers,
+        view: &RegistryView,
+        now: Instant,
+        line: DsLine,
+        mode: Mode,
+        budget: &mut Budget,
+    ) -> (
+        Option<(Arc<Vec<Ghost>>, GhostMemory)>,
+        Option<Vec<(String, KillOrder)>>,
+    ) {
+        let kill = self.settings.policy.kill_remote_apps;
+        let evidence = remote.evidence(kill);
+        let (mut ghosts, memory, orders) = match listed {
+            Some(listed) => {
+                let (mut g, m) = self.plan_ghost_step(st, &listed, view, now, line, mode, budget);
+                remote.on_ghosts(&mut g, &evidence);
+                (g, Some(m), listed.orders)
+            }
+            None => (Vec::new(), None, None),
+        };
+        if let Some(valid_since) = view.valid_since() {
+            let mut policy = self.settings.ghost_policy(line);
+            if mode == Mode::Check {
+                policy.startup_settle = std::time::Duration::ZERO;
+            }
+            let tasks = remote.over_tasks(&evidence);
+            ghosts.extend(reaper_core::ghost::plan_ghost_apps(
+                &tasks,
+                valid_since,
+                now,
+                &policy,
+                kill,
+                budget,
+            ));
+        }
+        if memory.is_none() && ghosts.is_empty() {
+            return (None, orders);
+        }
+        let memory = memory.unwrap_or_else(|| st.ghosts.memory.clone());
+        (Some((Arc::new(ghosts), memory)), orders)
+    }
+}
+
 /// Why nothing is judged on an invalid view.
 fn invalid(view: &RegistryView) -> Option<String> {
     match &view.state {
@@ -242,7 +290,10 @@ impl Judgement {
                     .iter()
                     .filter(|a| live.contains(&a.id))
                 {
-                    effects.push(Effect::KillRemoteApp { zombie: z, app });
+                    effects.push(Effect::KillRemoteApp {
+                        target: RemoteTarget::Zombie(z),
+                        app,
+                    });
                 }
             }
         }
@@ -273,10 +324,23 @@ impl Judgement {
             .flat_map(|(g, _)| g.iter())
             .filter(|g| g.disposition == Disposition::Act)
         {
-            effects.push(Effect::KillOrder {
-                ghost,
-                folder: super::ghosts::folder(&self.view, ghost),
-            });
+            // its live applications (SPEC §17), then its processes
+            let apps = ghost
+                .remote_apps
+                .iter()
+                .filter(|a| a.phase() == AppPhase::Live);
+            for app in apps.filter(|_| kill_remote_apps) {
+                effects.push(Effect::KillRemoteApp {
+                    target: RemoteTarget::Ghost(ghost),
+                    app,
+                });
+            }
+            if !ghost.processes.is_empty() {
+                effects.push(Effect::KillOrder {
+                    ghost,
+                    folder: super::ghosts::folder(&self.view, ghost),
+                });
+            }
         }
         effects
     }

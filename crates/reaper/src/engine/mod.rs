@@ -202,6 +202,8 @@ pub struct Engine {
     /// SPEC §17: the RMs and the ids learned; None with `[yarn]` off.
     rm: Option<Arc<dyn ResourceManager>>,
     known_apps: Option<Arc<crate::yarn::KnownApps>>,
+    /// Application ids the RM said are final (see `remote::remember_final`).
+    final_apps: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 pub type SharedEngine = Arc<Engine>;
@@ -229,6 +231,7 @@ impl Engine {
             started,
             rm,
             known_apps,
+            final_apps: Default::default(),
         }
     }
 
@@ -377,4 +380,9 @@ pub fn host_words(host: Option<&str>) -> String {
         Some(h) if !h.is_empty() && !h.eq_ignore_ascii_case("null") => h.to_string(),
         _ => "none".to_string(),
     }
+}
+
+/// A mutex's guard, whether or not a holder panicked (the data is plain).
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }

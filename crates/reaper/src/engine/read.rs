@@ -68,7 +68,9 @@ impl Engine {
         let workflows = self.read_workflows(line, full, mode).await?;
         let anomaly_rows = self.anomaly_rows(line, mode).await?;
         let view = self.registry.view();
-        let remote = self.read_remote_apps(&candidates, &view, true).await;
+        let remote = self
+            .read_remote_apps(&candidates, &view, true, full.then_some(line))
+            .await;
         Ok(Read {
             line,
             line_hold,

@@ -1,7 +1,7 @@
 //! The safe form of the manual SQL for one task (`reap`, `POST .../reap`):
 //! judged as `check` judges, written through the same act pipeline.
 
-use super::effects::{Context, Effect, Gate, Item, NotWritten, Outcome};
+use super::effects::{Context, Effect, Gate, Item, NotWritten, Outcome, RemoteTarget};
 use super::{ActionResult, Engine};
 use crate::audit::Record;
 use reaper_core::plan::{owner_master, recover_skipped_note};
@@ -192,7 +192,7 @@ impl Engine {
                 .filter(|a| live.contains(&a.id))
             {
                 effects.push(Effect::KillRemoteApp {
-                    zombie: &zombie,
+                    target: RemoteTarget::Zombie(&zombie),
                     app,
                 });
             }
@@ -237,7 +237,12 @@ impl Engine {
         let mut zombie = p.zombie.clone();
         zombie.disposition = reaper_core::Disposition::Act;
         let answers = self
-            .read_remote_apps(std::slice::from_ref(&zombie.task), &self.view(), false)
+            .read_remote_apps(
+                std::slice::from_ref(&zombie.task),
+                &self.view(),
+                false,
+                None,
+            )
             .await;
         answers
             .evidence(self.settings.policy.kill_remote_apps)

@@ -25,6 +25,10 @@ use crate::metrics::REMOTE_APP_STATES;
 /// (their tasks hold) until a later sweep.
 const MAX_ASKED: usize = 500;
 
+/// Final application ids remembered at most (then forgotten at once: they
+/// are asked about again, once each).
+const FINAL_KEPT: usize = 100_000;
+
 /// Requests to the RMs in flight at once.
 const CONCURRENCY: usize = 16;
 
@@ -39,6 +43,9 @@ pub(super) struct Answers {
     /// YARN tasks whose host's agent reads no application-id source.
     ids_unknown: BTreeSet<i64>,
     skew: Duration,
+    /// Rows read over of tasks no agent lists whose applications may still
+    /// run (SPEC §17, ghost applications), with the host that reported them.
+    pub over: Vec<(reaper_core::ghost::GhostRow, String)>,
 }
 
 impl Answers {
@@ -87,13 +94,31 @@ impl Answers {
         ev
     }
 
-    /// Shows each ghost's applications as the zombie view shows a zombie's.
-    pub fn on_ghosts(&self, ghosts: &mut [Ghost]) {
+    /// Shows each ghost's own applications as the zombie view shows a
+    /// zombie's (`evidence`: this sweep's split into own and foreign).
+    pub fn on_ghosts(&self, ghosts: &mut [Ghost], evidence: &RemoteEvidence) {
         for g in ghosts {
-            if self.by_task.contains_key(&g.task_id) {
-                g.remote_apps = self.of(g.task_id);
+            if let Some(apps) = evidence.apps.get(&g.task_id) {
+                g.remote_apps = apps.clone();
             }
         }
+    }
+
+    /// The ghost applications' inputs: each over row with its own apps.
+    pub fn over_tasks<'a>(
+        &'a self,
+        evidence: &RemoteEvidence,
+    ) -> Vec<reaper_core::ghost::OverTask<'a>> {
+        self.over
+            .iter()
+            .filter_map(|(row, worker)| {
+                Some(reaper_core::ghost::OverTask {
+                    row,
+                    worker: worker.as_str(),
+                    apps: evidence.apps.get(&row.task.id)?.clone(),
+                })
+            })
+            .collect()
     }
 }
 
@@ -172,6 +197,7 @@ impl Engine {
         candidates: &[Candidate],
         view: &RegistryView,
         with_listed: bool,
+        over_of: Option<reaper_core::DsLine>,
     ) -> Answers {
         let mut answers = Answers::default();
         let (Some(rm), Some(known)) = (&self.rm, &self.known_apps) else {
@@ -188,25 +214,87 @@ impl Engine {
             .filter_map(|a| a.report.as_ref())
             .flat_map(|r| r.tasks.iter().map(|t| t.task_id))
             .collect();
+        let mut unlisted = BTreeMap::new();
         for (task, ids) in kept.into_iter().chain(reported) {
             // a kept id matters for a live row or a listed task (a ghost)
             if live.contains(&task) || listed.contains(&task) {
                 answers.by_task.entry(task).or_default().extend(ids);
+            } else {
+                unlisted.insert(task, ids);
             }
+        }
+        if let Some(line) = over_of {
+            self.read_over(line, unlisted, &mut answers).await;
         }
         answers.apps = self
             .ask(rm.clone(), asking_order(&answers.by_task, candidates, view))
             .await;
         answers.skew = self.settings.reconcile.clock_skew_tolerance;
-        answers.starts = candidates
-            .iter()
-            .filter(|c| answers.by_task.contains_key(&c.id))
-            .map(|c| (c.id, c.start_time))
-            .collect();
+        self.remember_final(&answers);
+        answers.starts.extend(
+            candidates
+                .iter()
+                .filter(|c| answers.by_task.contains_key(&c.id))
+                .map(|c| (c.id, c.start_time)),
+        );
         if self.settings.yarn.require_ids {
             answers.ids_unknown = ids_unknown(candidates, &answers.by_task, view);
         }
         answers
+    }
+
+    /// The rows of tasks with kept ids that no agent lists and that are not
+    /// live, where one of their applications is not yet known final: those
+    /// read over are the ghost applications' candidates. Read on full scans
+    /// only (their rows are read by id, and an application that outlives its
+    /// task outlives `full_scan_interval` too).
+    async fn read_over(
+        &self,
+        line: reaper_core::DsLine,
+        unlisted: BTreeMap<i64, BTreeSet<String>>,
+        answers: &mut Answers,
+    ) {
+        let known_final = crate::engine::lock(&self.final_apps).clone();
+        let ids: Vec<i64> = unlisted
+            .iter()
+            .filter(|(_, apps)| apps.iter().any(|a| !known_final.contains(a)))
+            .map(|(t, _)| *t)
+            .take(MAX_ASKED)
+            .collect();
+        if ids.is_empty() {
+            return;
+        }
+        let rows = match self.store.ghost_rows(line, &ids).await {
+            Ok(r) => r.rows,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the rows of tasks with kept application ids; no ghost application judged");
+                return;
+            }
+        };
+        for row in rows {
+            let host = row.task.host.as_deref().unwrap_or_default().to_string();
+            if let Some(apps) = unlisted.get(&row.task.id) {
+                answers.by_task.insert(row.task.id, apps.clone());
+                answers.starts.insert(row.task.id, row.task.start_time);
+                answers.over.push((row, host));
+            }
+        }
+    }
+
+    /// Applications the RM said are final are never asked about again as
+    /// ghost applications: a final application stays final.
+    fn remember_final(&self, answers: &Answers) {
+        let mut f = crate::engine::lock(&self.final_apps);
+        for a in answers
+            .apps
+            .values()
+            .filter(|a| a.phase() == AppPhase::Final)
+        {
+            f.insert(a.id.clone());
+        }
+        if f.len() > FINAL_KEPT {
+            f.clear();
+        }
     }
 
     /// Each id as the RM answers within the sweep's budget; past

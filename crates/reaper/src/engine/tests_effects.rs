@@ -329,3 +329,49 @@ async fn a_yarn_task_whose_agent_reads_no_id_source_is_held_unless_ids_are_not_r
         }
     }
 }
+
+/// SPEC §17, ghost applications: DS's own failover re-ran the task (its old
+/// row handed to fault tolerance) without killing its application; no agent
+/// lists the task any more, its id comes from the state file.
+#[tokio::test(start_paused = true)]
+async fn an_over_rows_live_application_is_a_ghost_and_killed_only_with_kill_remote_apps() {
+    for kill in [false, true] {
+        let r = rig(&[("application_1_1", "RUNNING")], |s| {
+            s.policy.kill_remote_apps = kill;
+        });
+        r.rm.started("application_1_1", t0().timestamp_millis());
+        r.store.finish(1, 8, t0() - chrono::TimeDelta::seconds(300));
+        r.engine.sweep(Trigger::Tick).await;
+        let ghosts = r.engine.status_read().ghosts.clone();
+        let g = ghosts
+            .iter()
+            .find(|g| g.task_id == 1)
+            .expect("a ghost application");
+        assert!(g.processes.is_empty());
+        assert_eq!(g.remote_apps.len(), 1);
+        assert_eq!(
+            g.evidence.over,
+            reaper_core::ghost::Over::NeedFaultTolerance
+        );
+        let kills: Vec<AuditEvent> = r
+            .audit()
+            .into_iter()
+            .filter(|a| a.kind == Some(RecordKind::RemoteApp))
+            .map(|a| a.event)
+            .collect();
+        if kill {
+            assert_eq!(g.disposition, Disposition::Act);
+            assert_eq!(r.rm.killed(), vec!["application_1_1".to_string()]);
+            assert_eq!(kills, vec![AuditEvent::Intent, AuditEvent::Done]);
+        } else {
+            assert_eq!(g.disposition, Disposition::Report);
+            assert!(r.rm.killed().is_empty());
+            assert!(kills.is_empty());
+        }
+        assert_eq!(
+            r.store.state(1),
+            Some(8),
+            "nothing of DS's is written for it"
+        );
+    }
+}

@@ -2,16 +2,15 @@
 //! asked to kill, then the application read again — the kill is `done` only
 //! when that read shows it in a final state.
 
-use super::{Context, Outcome};
-use crate::audit::{AuditEvent, RecordKind};
+use super::{Context, Outcome, RemoteTarget};
+use crate::audit::{AuditEvent, Record, RecordKind};
 use crate::engine::Engine;
 use reaper_core::remote::{AppPhase, RemoteApp};
-use reaper_core::Zombie;
 
 impl Engine {
     pub(super) async fn kill_remote_app(
         &self,
-        z: &Zombie,
+        target: RemoteTarget<'_>,
         app: &RemoteApp,
         cx: &Context<'_>,
     ) -> Outcome {
@@ -30,7 +29,8 @@ impl Engine {
                 .inc()
         };
         // the event is set by `intend`
-        let mut r = self.base_record(AuditEvent::Detected, cx.actor, z, cx.line, self.now());
+        let mut r = self.remote_record(target, cx);
+        let task_id = r.task_id.unwrap_or_default();
         r.kind = Some(RecordKind::RemoteApp);
         r.app_id = Some(id.to_string());
         r.action = Some("kill".into());
@@ -52,11 +52,7 @@ impl Engine {
             (_, true) => {
                 r.event = AuditEvent::Done;
                 r.detail = after.app.state.clone().map(|s| format!("now {s}"));
-                tracing::warn!(
-                    task_id = z.task.id,
-                    app_id = id,
-                    "remote application killed"
-                );
+                tracing::warn!(task_id, app_id = id, "remote application killed");
             }
             (Ok(()), false) => {
                 r.event = AuditEvent::Error;
@@ -68,7 +64,7 @@ impl Engine {
             (Err(e), false) => {
                 r.event = AuditEvent::Error;
                 r.detail = Some(e.to_string());
-                tracing::error!(task_id = z.task.id, app_id = id, error = %e, "remote application kill failed");
+                tracing::error!(task_id, app_id = id, error = %e, "remote application kill failed");
             }
         }
         count(if final_now { "killed" } else { "error" });
@@ -79,5 +75,16 @@ impl Engine {
             *f = final_now;
         }
         outcome
+    }
+
+    /// The audit record a kill starts from: its zombie's or its ghost's.
+    fn remote_record(&self, target: RemoteTarget<'_>, cx: &Context<'_>) -> Record {
+        let now = self.now();
+        match target {
+            RemoteTarget::Zombie(z) => {
+                self.base_record(AuditEvent::Detected, cx.actor, z, cx.line, now)
+            }
+            RemoteTarget::Ghost(g) => self.ghost_record(AuditEvent::Detected, g, cx.line, now),
+        }
     }
 }
