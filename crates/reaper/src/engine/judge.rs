@@ -20,6 +20,9 @@ use reaper_core::{
 };
 use std::sync::Arc;
 
+/// The ghosts of a sweep and the ghost memory to keep.
+type Ghosts = (Arc<Vec<Ghost>>, GhostMemory);
+
 /// What one sweep (or `check`) judged.
 pub(super) struct Judgement {
     pub line: DsLine,
@@ -43,7 +46,7 @@ pub(super) struct Judgement {
     pub workflow_ids: Option<IdSet>,
     /// The ghosts and the ghost memory to keep; None when the listed tasks
     /// could not be read (no ghost judged).
-    pub ghosts: Option<(Arc<Vec<Ghost>>, GhostMemory)>,
+    pub ghosts: Option<Ghosts>,
     /// The outstanding kill orders; None when they could not be read.
     pub orders: Option<Vec<(String, KillOrder)>>,
     pub anomalies: AnomalyReport,
@@ -221,10 +224,7 @@ impl Engine {
         line: DsLine,
         mode: Mode,
         budget: &mut Budget,
-    ) -> (
-        Option<(Arc<Vec<Ghost>>, GhostMemory)>,
-        Option<Vec<(String, KillOrder)>>,
-    ) {
+    ) -> (Option<Ghosts>, Option<Vec<(String, KillOrder)>>) {
         let kill = self.settings.policy.kill_remote_apps;
         let evidence = remote.evidence(kill);
         let (mut ghosts, memory, orders) = match listed {
