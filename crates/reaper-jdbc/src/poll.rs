@@ -19,7 +19,6 @@ use crate::flavour::{clock_skew, judge_rows, Dead, Flavour};
 use crate::registry::{lock, Inner};
 use crate::source::{JdbcSource, RegistryRow};
 use crate::JdbcError;
-use chrono::Utc;
 use reaper_core::registry::{
     failover_lock_paths, Changes, Detected, FailoverLockLayout, Gap, Listing, Membership, Note,
 };
@@ -82,8 +81,9 @@ impl Poller {
 
     fn start_poll(&self) -> Poll {
         let source: Arc<JdbcSource> = self.inner.source.clone();
+        let clock = self.inner.clock.clone();
         Box::pin(async move {
-            let sent = Utc::now();
+            let sent = clock.now();
             (sent, source.read().await)
         })
     }
@@ -105,7 +105,7 @@ impl Poller {
                 _ = tick.tick(), if in_flight.is_none() => in_flight = Some(self.start_poll()),
                 (sent, r) = async { in_flight.as_mut().expect("guarded").await }, if in_flight.is_some() => {
                     in_flight = None;
-                    let took = (Utc::now() - sent).to_std().unwrap_or_default();
+                    let took = (self.inner.now() - sent).to_std().unwrap_or_default();
                     self.inner.record_poll(took);
                     match r {
                         Ok((flavour, rows)) => {
@@ -116,7 +116,8 @@ impl Poller {
                     }
                     if Tick::now() >= next_prune {
                         next_prune = Tick::now() + PRUNE_EVERY;
-                        let c = self.membership.prune_lost(Utc::now());
+                        let now = self.inner.now();
+                        let c = self.membership.prune_lost(now);
                         self.settle(c);
                     }
                 }
@@ -130,9 +131,8 @@ impl Poller {
     }
 
     fn invalidate(&mut self, reason: String) {
-        let c = self
-            .membership
-            .invalidate(Gap::Connection, reason, Utc::now());
+        let now = self.inner.now();
+        let c = self.membership.invalidate(Gap::Connection, reason, now);
         self.settle(c);
     }
 
@@ -162,7 +162,7 @@ impl Poller {
         };
         let (listing, held) = self.judge(rows, sent, &locks);
         // One step: the view is never valid without the locks of its poll.
-        let now = Utc::now();
+        let now = self.inner.now();
         let mut c = self.membership.apply_listing(listing, now);
         c.publish |= self.membership.apply_failover_locks(&held, now).publish;
         self.settle(c);
