@@ -115,6 +115,10 @@ pub struct RegistryView {
     /// 1.3's single lock, which covers every master.
     #[serde(default)]
     pub failover_locks: HashMap<String, FailoverLock>,
+    /// A registry-database outage long enough for DS to have purged live
+    /// servers (SPEC §14 jdbc, DS #18274), while it holds the brake.
+    #[serde(default)]
+    pub registry_outage: Option<crate::registry::RegistryOutage>,
 }
 
 /// The key of a failover lock that names no master (1.3's
@@ -165,6 +169,7 @@ impl RegistryView {
             master_aliases: HashMap::new(),
             agents: HashMap::new(),
             failover_locks: HashMap::new(),
+            registry_outage: None,
         }
     }
 
