@@ -329,6 +329,7 @@ mod tests {
                 host: "d".into(),
             }]
             .into(),
+            lost_before: Default::default(),
         });
         v
     }

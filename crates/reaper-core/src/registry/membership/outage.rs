@@ -36,6 +36,11 @@ pub struct RegistryOutage {
     pub hold_until: Instant,
     /// The outage's losses not seen live since.
     pub servers: BTreeSet<OutageServer>,
+    /// Servers already lost before the return: their losses were first
+    /// seen before it, though their absence clocks restart with it; one
+    /// seen live again and then lost in the window counts.
+    #[serde(default)]
+    pub lost_before: BTreeSet<OutageServer>,
 }
 
 impl RegistryOutage {
@@ -54,6 +59,7 @@ impl RegistryOutage {
     /// every server whose loss was first seen in it.
     fn observe(&mut self, view: &RegistryView, now: Instant) {
         self.servers.retain(|s| !live(view, s.kind, &s.host));
+        self.lost_before.retain(|s| !live(view, s.kind, &s.host));
         if now > self.counts_until {
             return;
         }
@@ -63,11 +69,13 @@ impl RegistryOutage {
             (NodeKind::Master, &view.lost_masters),
         ] {
             for (host, at) in lost {
-                if window.contains(at) && !live(view, kind, host) {
-                    self.servers.insert(OutageServer {
-                        kind,
-                        host: host.clone(),
-                    });
+                let s = OutageServer {
+                    kind,
+                    host: host.clone(),
+                };
+                if window.contains(at) && !live(view, kind, host) && !self.lost_before.contains(&s)
+                {
+                    self.servers.insert(s);
                 }
             }
         }
@@ -100,12 +108,22 @@ impl Membership {
             .take()
             .map(|o| o.servers)
             .unwrap_or_default();
+        let v = &self.view;
+        let lost_before = (v.lost_workers.keys().map(|h| (NodeKind::Worker, h)))
+            .chain(v.lost_masters.keys().map(|h| (NodeKind::Master, h)))
+            .map(|(kind, host)| OutageServer {
+                kind,
+                host: host.clone(),
+            })
+            .filter(|s| !servers.contains(s))
+            .collect();
         self.view.registry_outage = Some(RegistryOutage {
             down_since,
             returned_at: now,
             counts_until: now + delta(grace),
             hold_until: now + delta(hold),
             servers,
+            lost_before,
         });
     }
 
@@ -208,6 +226,25 @@ mod tests {
         assert!(!o.holds(t(200 + 1800)));
         m.track_outage(t(200 + 1800));
         assert!(m.view().registry_outage.is_none());
+    }
+
+    #[test]
+    fn a_loss_seen_before_the_outage_is_not_the_outages() {
+        let mut m = machine(&["w1:1", "w2:1", "w3:1"]);
+        m.apply_listing(listing(&["w1:1", "w2:1"]), t(5));
+        m.invalidate(crate::registry::Gap::Connection, "poll failed", t(6));
+        m.outage_returned(t(5), t(200), GRACE, HOLD);
+        // the listing that ends the gap restarts w3's absence clock
+        m.apply_listing(listing(&["w1:1", "w2:1"]), t(200));
+        m.track_outage(t(200));
+        assert_eq!(m.view().lost_workers.get("w3:1"), Some(&t(200)));
+        assert!(hosts(&m).is_empty());
+        // back and gone again in the window: a loss first seen there
+        m.apply_listing(listing(&["w1:1", "w2:1", "w3:1"]), t(210));
+        m.track_outage(t(210));
+        m.apply_listing(listing(&["w1:1", "w2:1"]), t(220));
+        m.track_outage(t(220));
+        assert_eq!(hosts(&m), ["w3:1"]);
     }
 
     #[test]
