@@ -24,6 +24,9 @@ pub struct Metrics {
     pub zk_session_expirations_total: IntCounter,
     pub leader: IntGauge,
     pub brake_engaged: IntGauge,
+    /// SPEC §14 jdbc: 1 per server lost with a registry-database outage
+    /// that holds the brake until it is seen again.
+    pub registry_outage_servers: IntGaugeVec,
     pub db_errors_total: IntCounter,
     pub zk_errors_total: IntCounter,
     pub build_info: IntGaugeVec,
@@ -148,6 +151,7 @@ struct Health {
     zk_session_expirations_total: IntCounter,
     leader: IntGauge,
     brake_engaged: IntGauge,
+    registry_outage_servers: IntGaugeVec,
     db_errors_total: IntCounter,
     zk_errors_total: IntCounter,
 }
@@ -173,6 +177,15 @@ fn health_metrics(r: &Registry) -> Health {
             ),
         ),
         brake_engaged: reg(r, gauge("brake_engaged", "1 while the brake is engaged")),
+        registry_outage_servers: reg(
+            r,
+            gauge_vec(
+                "registry_outage_servers",
+                "1 per server lost right after a registry-database outage and not seen since: \
+                 the brake holds (registry_outage) until it is seen again or outage_hold passes",
+                &["kind", "host"],
+            ),
+        ),
         db_errors_total: reg(r, counter("db_errors_total", "Database errors")),
         zk_errors_total: reg(r, counter("zk_errors_total", "ZooKeeper errors")),
     }
@@ -306,6 +319,7 @@ impl Metrics {
             zk_session_expirations_total: health.zk_session_expirations_total,
             leader: health.leader,
             brake_engaged: health.brake_engaged,
+            registry_outage_servers: health.registry_outage_servers,
             db_errors_total: health.db_errors_total,
             zk_errors_total: health.zk_errors_total,
             build_info,
