@@ -24,9 +24,10 @@ pub struct Metrics {
     pub zk_session_expirations_total: IntCounter,
     pub leader: IntGauge,
     pub brake_engaged: IntGauge,
-    /// SPEC §14 jdbc: 1 per server lost with a registry-database outage
-    /// that holds the brake until it is seen again.
-    pub registry_outage_servers: IntGaugeVec,
+    /// SPEC §14 jdbc: 1 while a registry-database outage holds the brake,
+    /// its one label naming the servers to check (`servers=""` and 0
+    /// otherwise, so the family is always exposed for the alert).
+    pub registry_outage: IntGaugeVec,
     pub db_errors_total: IntCounter,
     pub zk_errors_total: IntCounter,
     pub build_info: IntGaugeVec,
@@ -151,7 +152,7 @@ struct Health {
     zk_session_expirations_total: IntCounter,
     leader: IntGauge,
     brake_engaged: IntGauge,
-    registry_outage_servers: IntGaugeVec,
+    registry_outage: IntGaugeVec,
     db_errors_total: IntCounter,
     zk_errors_total: IntCounter,
 }
@@ -177,13 +178,13 @@ fn health_metrics(r: &Registry) -> Health {
             ),
         ),
         brake_engaged: reg(r, gauge("brake_engaged", "1 while the brake is engaged")),
-        registry_outage_servers: reg(
+        registry_outage: reg(
             r,
             gauge_vec(
-                "registry_outage_servers",
-                "1 per server lost right after a registry-database outage and not seen since: \
-                 the brake holds (registry_outage) until it is seen again or outage_hold passes",
-                &["kind", "host"],
+                "registry_outage",
+                "1 while servers lost right after a registry-database outage (named in servers) \
+                 hold the brake (registry_outage) until seen again or outage_hold passes",
+                &["servers"],
             ),
         ),
         db_errors_total: reg(r, counter("db_errors_total", "Database errors")),
@@ -319,7 +320,7 @@ impl Metrics {
             zk_session_expirations_total: health.zk_session_expirations_total,
             leader: health.leader,
             brake_engaged: health.brake_engaged,
-            registry_outage_servers: health.registry_outage_servers,
+            registry_outage: health.registry_outage,
             db_errors_total: health.db_errors_total,
             zk_errors_total: health.zk_errors_total,
             build_info,
@@ -340,7 +341,17 @@ impl Metrics {
         m.zero_tasks();
         m.zero_workflows_and_ghosts();
         m.set_build_info("unknown");
+        m.set_registry_outage(&[]);
         m
+    }
+
+    /// SPEC §14 jdbc: the servers a registry outage holds the brake for,
+    /// e.g. `worker 10.0.0.5:1234`; none: the one series at 0.
+    pub fn set_registry_outage(&self, servers: &[String]) {
+        self.registry_outage.reset();
+        self.registry_outage
+            .with_label_values(&[&servers.join(", ")])
+            .set(i64::from(!servers.is_empty()));
     }
 
     fn zero_anomalies(&self) {

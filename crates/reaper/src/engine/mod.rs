@@ -326,18 +326,17 @@ impl Engine {
             .set(self.status_read().brake.engaged() as i64);
         let now = self.now();
         // SPEC §14 jdbc: the servers to check, while the outage holds
-        m.registry_outage_servers.reset();
-        if let Some(o) = view.registry_outage.as_ref().filter(|o| o.holds(now)) {
-            for s in &o.servers {
-                let kind = match s.kind {
-                    reaper_core::NodeKind::Worker => "worker",
-                    reaper_core::NodeKind::Master => "master",
-                };
-                m.registry_outage_servers
-                    .with_label_values(&[kind, &s.host])
-                    .set(1);
-            }
-        }
+        let outage: Vec<String> = view
+            .registry_outage
+            .iter()
+            .filter(|o| o.holds(now))
+            .flat_map(|o| &o.servers)
+            .map(|s| match s.kind {
+                reaper_core::NodeKind::Worker => format!("worker {}", s.host),
+                reaper_core::NodeKind::Master => format!("master {}", s.host),
+            })
+            .collect();
+        m.set_registry_outage(&outage);
         let stale_after = self.settings.reconcile.agent_stale_after;
         let fresh = view
             .agents
