@@ -117,6 +117,7 @@ mod tests {
             engaged_since: Some(t(0)),
             why: Some("too many lost".into()),
             clear_since: None,
+            ..Default::default()
         };
         b.set_brake(&brake);
         let held = b.clone().held(Some("not the leader".into()));

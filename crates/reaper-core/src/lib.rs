@@ -51,7 +51,7 @@ pub mod zone;
 /// An instant on the daemon's clock or converted from DS's own times, always UTC.
 pub type Instant = chrono::DateTime<chrono::Utc>;
 
-pub use brake::{BrakeConfig, BrakeState};
+pub use brake::{BrakeConfig, BrakeReason, BrakeState};
 pub use budget::Budget;
 pub use candidate::Candidate;
 pub use ids::IdSet;

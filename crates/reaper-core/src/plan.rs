@@ -216,8 +216,9 @@ pub fn plan_within(
         .iter()
         .filter(|z| z.disposition != Disposition::Report)
         .count();
-    let condition = brake::condition(view, now, &policy.brake, acting, candidates.len());
-    let brake = state.brake.update(condition.clone(), now, &policy.brake);
+    let condition = brake::evaluate(view, now, &policy.brake, acting, candidates.len());
+    let brake_condition = condition.as_ref().map(|c| c.why.clone());
+    let brake = state.brake.update(condition, now, &policy.brake);
     budget.set_brake(&brake);
     for z in zombies.iter_mut() {
         if !remote.judge(z) && z.disposition == Disposition::Act {
@@ -230,7 +231,7 @@ pub fn plan_within(
         view_invalid: None,
         candidates: candidates.len(),
         zombies,
-        brake_condition: condition,
+        brake_condition,
         next: SafetyState {
             brake,
             bucket: budget.bucket,

@@ -363,16 +363,20 @@ pub trait RegistrySource: Send + Sync {
             )))
         })
     }
-    /// Removes an order node once its outcome is audited; an absent node is no error.
+    /// Removes an order node once its outcome is audited, only if it is
+    /// still at `version`, the version [`RegistrySource::orders`] read it at
+    /// (SPEC §15: a node replaced since — a successor's order — stays).
     fn delete_order<'a>(
         &'a self,
         _worker: &'a str,
         _task_id: i64,
-    ) -> BoxFuture<'a, Result<(), PortError>> {
-        Box::pin(async { Ok(()) })
+        _version: i64,
+    ) -> BoxFuture<'a, Result<OrderDeletion, PortError>> {
+        Box::pin(async { Ok(OrderDeletion::Absent) })
     }
-    /// Every outstanding order node as `(worker, order)`; unparsable nodes are skipped (and logged by the adapter).
-    fn orders(&self) -> BoxFuture<'_, Result<Vec<(String, KillOrder)>, PortError>> {
+    /// Every outstanding order node with the version it was read at;
+    /// unparsable nodes are skipped (and logged by the adapter).
+    fn orders(&self) -> BoxFuture<'_, Result<Vec<OrderNode>, PortError>> {
         Box::pin(async { Ok(Vec::new()) })
     }
     /// Ends the session promptly.
@@ -407,6 +411,28 @@ pub trait ResourceManager: Send + Sync {
     /// Asks the RM to kill the application; `Ok` once the RM accepted it
     /// (the caller reads the application again to see it final).
     fn kill<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), PortError>>;
+}
+
+/// A kill order node as read, with the version it was read at: ZooKeeper's
+/// `Stat.version`, etcd's `mod_revision`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderNode {
+    /// The worker folder the node sits in, as spelled there.
+    pub worker: String,
+    pub order: KillOrder,
+    pub version: i64,
+}
+
+/// What a conditional delete of an order node did. Only `Deleted` removed
+/// anything; the others are answers, not failures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrderDeletion {
+    Deleted,
+    /// No node there (removed already).
+    Absent,
+    /// The node changed since it was read (a newer order, perhaps a
+    /// successor's): left in place.
+    Changed,
 }
 
 /// Leader election among replicas (SPEC §4.6).

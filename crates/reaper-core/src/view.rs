@@ -115,6 +115,10 @@ pub struct RegistryView {
     /// 1.3's single lock, which covers every master.
     #[serde(default)]
     pub failover_locks: HashMap<String, FailoverLock>,
+    /// A registry-database outage long enough for DS to have purged live
+    /// servers (SPEC §14 jdbc, DS #18274), while it holds the brake.
+    #[serde(default)]
+    pub registry_outage: Option<RegistryOutage>,
 }
 
 /// The key of a failover lock that names no master (1.3's
@@ -165,6 +169,7 @@ impl RegistryView {
             master_aliases: HashMap::new(),
             agents: HashMap::new(),
             failover_locks: HashMap::new(),
+            registry_outage: None,
         }
     }
 
@@ -316,6 +321,41 @@ impl RegistryView {
                 *t = at;
             }
         }
+    }
+}
+
+/// A server lost with the outage.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct OutageServer {
+    pub kind: NodeKind,
+    /// Normalised host, as the view keys it.
+    pub host: String,
+}
+
+/// An outage of the registry's database and the servers lost with it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RegistryOutage {
+    /// The last good poll before the outage (the daemon's clock).
+    pub down_since: Instant,
+    /// The good poll that ended it.
+    pub returned_at: Instant,
+    /// Losses first seen up to here are the outage's (`returned_at` + grace).
+    pub counts_until: Instant,
+    /// The brake holds at most until here (`returned_at` + `outage_hold`).
+    pub hold_until: Instant,
+    /// The outage's losses not seen live since.
+    pub servers: std::collections::BTreeSet<OutageServer>,
+    /// Servers already lost before the return: their losses were first
+    /// seen before it, though their absence clocks restart with it; one
+    /// seen live again and then lost in the window counts.
+    #[serde(default)]
+    pub lost_before: std::collections::BTreeSet<OutageServer>,
+}
+
+impl RegistryOutage {
+    /// Whether it holds the brake at `now`.
+    pub fn holds(&self, now: Instant) -> bool {
+        !self.servers.is_empty() && now < self.hold_until
     }
 }
 

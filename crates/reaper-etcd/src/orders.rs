@@ -6,8 +6,9 @@
 use crate::keys::{prefix_end, under};
 use crate::registry::Inner;
 use crate::{bounded, connect, EtcdError, EtcdRegistry};
-use etcd_client::GetOptions;
+use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use reaper_core::order::{KillOrder, ORDERS_DIR};
+use reaper_core::ports::{OrderDeletion, OrderNode};
 
 /// A worker name that is one path segment: anything else could address a
 /// key outside the worker's folder.
@@ -72,27 +73,47 @@ impl EtcdRegistry {
         inner.failed(r).await
     }
 
-    /// Removes the order key (an absent key is no error).
-    pub async fn delete_order(&self, worker: &str, task_id: i64) -> Result<(), EtcdError> {
+    /// Removes the order key if its `mod_revision` is still `version` (as
+    /// read): one transaction, so a key rewritten since — a successor's
+    /// order — stays.
+    pub async fn delete_order(
+        &self,
+        worker: &str,
+        task_id: i64,
+        version: i64,
+    ) -> Result<OrderDeletion, EtcdError> {
         let inner = self.inner();
         let key = format!("{}{}/{task_id}", inner.orders_prefix(), segment(worker)?);
         let r = async {
             let mut kv = inner.request_client().await?.kv_client();
-            bounded(
-                "removing an order",
-                inner.settings.request_timeout,
-                kv.delete(key, None),
-            )
-            .await
-            .map(|_| ())
+            let txn = Txn::new()
+                .when([Compare::mod_revision(
+                    key.as_str(),
+                    CompareOp::Equal,
+                    version,
+                )])
+                .and_then([TxnOp::delete(key.as_str(), None)]);
+            let t = inner.settings.request_timeout;
+            let resp = bounded("removing an order", t, kv.txn(txn)).await?;
+            if resp.succeeded() {
+                return Ok(OrderDeletion::Deleted);
+            }
+            // An absent key compares as revision 0 too: tell the two apart.
+            let count = GetOptions::new().with_count_only();
+            let now = bounded("reading an order", t, kv.get(key.as_str(), Some(count))).await?;
+            Ok(if now.count() == 0 {
+                OrderDeletion::Absent
+            } else {
+                OrderDeletion::Changed
+            })
         }
         .await;
         inner.failed(r).await
     }
 
-    /// Every order key as (worker, order); keys that are not orders are
+    /// Every order key with its `mod_revision`; keys that are not orders are
     /// logged and skipped.
-    pub async fn orders(&self) -> Result<Vec<(String, KillOrder)>, EtcdError> {
+    pub async fn orders(&self) -> Result<Vec<OrderNode>, EtcdError> {
         let inner = self.inner();
         let prefix = inner.orders_prefix();
         let r = async {
@@ -117,7 +138,11 @@ impl EtcdRegistry {
                 continue;
             };
             match KillOrder::parse(kv.value()) {
-                Ok(o) => out.push((worker.to_string(), o)),
+                Ok(order) => out.push(OrderNode {
+                    worker: worker.to_string(),
+                    order,
+                    version: kv.mod_revision(),
+                }),
                 Err(e) => {
                     tracing::warn!(key = %key, error = %e, "skipping an order key that is not a kill order");
                 }

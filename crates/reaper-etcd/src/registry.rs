@@ -7,8 +7,7 @@
 use crate::keys::Keys;
 use crate::watch::Watcher;
 use crate::{session, EtcdSettings, EtcdStats};
-use chrono::Utc;
-use reaper_core::ports::BoxFuture;
+use reaper_core::ports::{BoxFuture, Clock, SystemClock};
 use reaper_core::registry::{Detected, LayoutMode, Membership};
 use reaper_core::RegistryView;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,9 +48,15 @@ pub(crate) struct Inner {
     task: tokio::sync::Mutex<Option<JoinHandle<()>>>,
     /// A client for one-off requests (kill orders), connected on first use.
     pub(crate) requests: tokio::sync::Mutex<Option<etcd_client::Client>>,
+    /// The daemon's clock: losses and validity are stamped on it.
+    clock: Arc<dyn Clock>,
 }
 
 impl Inner {
+    pub(crate) fn now(&self) -> reaper_core::Instant {
+        self.clock.now()
+    }
+
     pub(crate) fn count(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
     }
@@ -68,7 +73,16 @@ impl EtcdRegistry {
     /// fails: an unreachable etcd shows as an invalid view and is retried
     /// with capped exponential backoff.
     pub fn start(settings: EtcdSettings, cancel: CancellationToken) -> EtcdRegistry {
-        Self::start_with_hooks(settings, cancel, Hooks::default())
+        Self::start_with_clock(settings, Arc::new(SystemClock), cancel)
+    }
+
+    /// [`EtcdRegistry::start`] stamping losses and validity on `clock`.
+    pub fn start_with_clock(
+        settings: EtcdSettings,
+        clock: Arc<dyn Clock>,
+        cancel: CancellationToken,
+    ) -> EtcdRegistry {
+        Self::start_inner(settings, clock, cancel, Hooks::default())
     }
 
     #[doc(hidden)]
@@ -77,10 +91,19 @@ impl EtcdRegistry {
         cancel: CancellationToken,
         hooks: Hooks,
     ) -> EtcdRegistry {
+        Self::start_inner(settings, Arc::new(SystemClock), cancel, hooks)
+    }
+
+    fn start_inner(
+        settings: EtcdSettings,
+        clock: Arc<dyn Clock>,
+        cancel: CancellationToken,
+        hooks: Hooks,
+    ) -> EtcdRegistry {
         let mut membership = Membership::new(
             LayoutMode::for_line(settings.line),
             settings.zone,
-            Utc::now(),
+            clock.now(),
             format!("connecting to etcd {}", settings.endpoints_text()),
         );
         if let Some((path, stale_after)) = &settings.agents {
@@ -103,6 +126,7 @@ impl EtcdRegistry {
             cancel: cancel.child_token(),
             task: tokio::sync::Mutex::new(None),
             requests: tokio::sync::Mutex::new(None),
+            clock,
         });
         let watcher = Watcher::new(inner.clone(), tx, membership);
         let handle = tokio::spawn(session::run(watcher));

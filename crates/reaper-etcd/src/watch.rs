@@ -26,7 +26,6 @@ pub(crate) use stream::{open_watches, Progress};
 use crate::listing::{read_all, Kv, Snapshot};
 use crate::registry::{lock, Inner};
 use crate::EtcdError;
-use chrono::Utc;
 use etcd_client::{EventType, KvClient, WatchClient, WatchResponse, WatchStream};
 use reaper_core::registry::{
     may_concern_servers, Backoff, Changes, FailoverLockLayout, Gap, ListedNode, Listing,
@@ -160,9 +159,8 @@ impl Watcher {
     /// The daemon lost sight of the registry: invalid until the next read.
     pub(crate) fn invalidate(&mut self, reason: String) {
         self.pending.clear();
-        let c = self
-            .membership
-            .invalidate(Gap::Connection, reason, Utc::now());
+        let now = self.inner.now();
+        let c = self.membership.invalidate(Gap::Connection, reason, now);
         self.settle(c);
     }
 
@@ -304,7 +302,7 @@ impl Watcher {
 
     /// Rebuilds everything from a full read: the view is valid from now.
     fn apply_snapshot(&mut self, snap: Snapshot) {
-        let now = Utc::now();
+        let now = self.inner.now();
         self.pending.clear();
         let inner = self.inner.clone();
         self.lock_holders.clear();
@@ -351,7 +349,7 @@ impl Watcher {
         if resp.events().is_empty() {
             return;
         }
-        let now = Utc::now();
+        let now = self.inner.now();
         let inner = self.inner.clone();
         let mode = self.membership.mode();
         let mut events = Vec::new();
@@ -410,7 +408,7 @@ impl Watcher {
 
     /// Applies the coalesced heartbeat data; forgets old losses.
     fn flush(&mut self) {
-        let now = Utc::now();
+        let now = self.inner.now();
         let mut c = Changes::default();
         if !self.pending.is_empty() {
             let events = self

@@ -15,11 +15,10 @@
 //! dead holder's row stays behind until some DS server starts, and no pass
 //! runs under it meanwhile.
 
-use crate::flavour::{clock_skew, judge_rows, Dead, Flavour};
+use crate::flavour::{clock_skew, judge_rows, Dead, Flavour, Term, DEFAULT_SESSION_TIMEOUT};
 use crate::registry::{lock, Inner};
 use crate::source::{JdbcSource, RegistryRow};
 use crate::JdbcError;
-use chrono::Utc;
 use reaper_core::registry::{
     failover_lock_paths, Changes, Detected, FailoverLockLayout, Gap, Listing, Membership, Note,
 };
@@ -58,6 +57,11 @@ pub(crate) struct Poller {
     prev_sent: Option<i64>,
     /// The last poll failed (for the log and the recovery count).
     failing: bool,
+    /// When the last good poll was sent: an outage is measured from it.
+    last_ok_sent: Option<Instant>,
+    /// The largest `sessionTimeout` of the client heartbeats the last good
+    /// poll that had any read (3.3+): DS's purge threshold.
+    session_timeout: Option<Duration>,
 }
 
 impl Poller {
@@ -77,13 +81,16 @@ impl Poller {
             terms: HashMap::new(),
             prev_sent: None,
             failing: false,
+            last_ok_sent: None,
+            session_timeout: None,
         }
     }
 
     fn start_poll(&self) -> Poll {
         let source: Arc<JdbcSource> = self.inner.source.clone();
+        let clock = self.inner.clock.clone();
         Box::pin(async move {
-            let sent = Utc::now();
+            let sent = clock.now();
             (sent, source.read().await)
         })
     }
@@ -105,7 +112,7 @@ impl Poller {
                 _ = tick.tick(), if in_flight.is_none() => in_flight = Some(self.start_poll()),
                 (sent, r) = async { in_flight.as_mut().expect("guarded").await }, if in_flight.is_some() => {
                     in_flight = None;
-                    let took = (Utc::now() - sent).to_std().unwrap_or_default();
+                    let took = (self.inner.now() - sent).to_std().unwrap_or_default();
                     self.inner.record_poll(took);
                     match r {
                         Ok((flavour, rows)) => {
@@ -116,7 +123,8 @@ impl Poller {
                     }
                     if Tick::now() >= next_prune {
                         next_prune = Tick::now() + PRUNE_EVERY;
-                        let c = self.membership.prune_lost(Utc::now());
+                        let now = self.inner.now();
+                        let c = self.membership.prune_lost(now);
                         self.settle(c);
                     }
                 }
@@ -130,9 +138,8 @@ impl Poller {
     }
 
     fn invalidate(&mut self, reason: String) {
-        let c = self
-            .membership
-            .invalidate(Gap::Connection, reason, Utc::now());
+        let now = self.inner.now();
+        let c = self.membership.invalidate(Gap::Connection, reason, now);
         self.settle(c);
     }
 
@@ -160,12 +167,47 @@ impl Poller {
             Some(line) => failover_lock_paths(line),
             None => FailoverLockLayout::for_lines(flavour.lines()),
         };
+        let now = self.inner.now();
+        self.note_outage(flavour, &rows, sent, now);
         let (listing, held) = self.judge(rows, sent, &locks);
         // One step: the view is never valid without the locks of its poll.
-        let now = Utc::now();
         let mut c = self.membership.apply_listing(listing, now);
         c.publish |= self.membership.apply_failover_locks(&held, now).publish;
+        let o = self.membership.track_outage(now);
+        c.publish |= o.publish;
+        c.membership |= o.membership;
         self.settle(c);
+    }
+
+    /// SPEC §14 jdbc (DS #18274): a good poll after none succeeded for
+    /// longer than DS's session timeout — the largest seen before, or DS's
+    /// default — marks the registry database's return; DS 3.3+ may purge
+    /// servers that are alive then. Call before the poll's listing.
+    fn note_outage(&mut self, flavour: Flavour, rows: &[RegistryRow], sent: Instant, now: Instant) {
+        let prev = self.last_ok_sent.replace(sent);
+        if flavour != Flavour::Client33 {
+            return;
+        }
+        let limit = self.session_timeout.unwrap_or(DEFAULT_SESSION_TIMEOUT);
+        if let Some(prev) = prev.filter(|p| sent - *p > reaper_core::delta(limit)) {
+            let s = &self.inner.settings;
+            tracing::warn!(down_since = %prev, session_timeout = ?limit, hold = ?s.outage_hold,
+                "the registry database was unreachable for longer than DS's session timeout: \
+                 DS may purge live servers now (DS #18274); servers lost in the next \
+                 grace period hold the brake until seen again");
+            self.membership
+                .outage_returned(prev, now, s.outage_grace, s.outage_hold);
+        }
+        let seen = rows
+            .iter()
+            .filter_map(|r| match &r.term {
+                Term::Client(Some(b)) => b.session_timeout,
+                _ => None,
+            })
+            .max();
+        if seen.is_some() {
+            self.session_timeout = seen;
+        }
     }
 
     /// Warns once per direction when a row proves a DS clock away from ours.

@@ -6,7 +6,7 @@ use crate::flavour::Flavour;
 use crate::poll::Poller;
 use crate::source::JdbcSource;
 use crate::{JdbcError, JdbcSettings};
-use chrono::Utc;
+use reaper_core::ports::{Clock, SystemClock};
 use reaper_core::registry::{Detected, LayoutMode, Membership};
 use reaper_core::RegistryView;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -56,9 +56,15 @@ pub(crate) struct Inner {
     pub(crate) stats: Stats,
     pub(crate) cancel: CancellationToken,
     task: tokio::sync::Mutex<Option<JoinHandle<()>>>,
+    /// The daemon's clock: rows are judged, losses stamped on it.
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 impl Inner {
+    pub(crate) fn now(&self) -> reaper_core::Instant {
+        self.clock.now()
+    }
+
     pub(crate) fn record_poll(&self, took: Duration) {
         self.stats.polls.fetch_add(1, Ordering::Relaxed);
         let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
@@ -80,11 +86,20 @@ impl JdbcRegistry {
         settings: JdbcSettings,
         cancel: CancellationToken,
     ) -> Result<JdbcRegistry, JdbcError> {
+        JdbcRegistry::start_with_clock(settings, Arc::new(SystemClock), cancel)
+    }
+
+    /// [`JdbcRegistry::start`] judging rows and stamping losses on `clock`.
+    pub fn start_with_clock(
+        settings: JdbcSettings,
+        clock: Arc<dyn Clock>,
+        cancel: CancellationToken,
+    ) -> Result<JdbcRegistry, JdbcError> {
         let source = Arc::new(JdbcSource::connect_lazy(&settings)?);
         let membership = Membership::new(
             LayoutMode::for_line(settings.line),
             settings.zone,
-            Utc::now(),
+            clock.now(),
             "registry not polled yet",
         );
         let (tx, rx) = watch::channel(Arc::new(membership.view().clone()));
@@ -101,6 +116,7 @@ impl JdbcRegistry {
             stats: Stats::default(),
             cancel: cancel.child_token(),
             task: tokio::sync::Mutex::new(None),
+            clock,
         });
         let handle = tokio::spawn(Poller::new(inner.clone(), tx, membership).run());
         if let Ok(mut t) = inner.task.try_lock() {

@@ -29,6 +29,13 @@ pub struct JdbcSettings {
     /// Zone of DS's date-times (heartbeats of the lines read here carry
     /// epoch milliseconds, so it matters only for completeness).
     pub zone: Zone,
+    /// SPEC §14 jdbc: after an outage of the registry's database longer than
+    /// DS's session timeout, losses first seen within this long of its
+    /// return are the outage's (`[reconcile] grace_period`).
+    pub outage_grace: Duration,
+    /// ... and hold the brake at most this long after the return
+    /// (`[jdbc_registry] outage_hold`).
+    pub outage_hold: Duration,
 }
 
 impl JdbcSettings {
@@ -42,6 +49,8 @@ impl JdbcSettings {
             statement_timeout: Duration::from_secs(10),
             line: None,
             zone: Zone::Local,
+            outage_grace: Duration::from_secs(60),
+            outage_hold: Duration::from_secs(30 * 60),
         }
     }
 
@@ -80,6 +89,8 @@ impl fmt::Debug for JdbcSettings {
             .field("statement_timeout", &self.statement_timeout)
             .field("line", &self.line)
             .field("zone", &self.zone)
+            .field("outage_grace", &self.outage_grace)
+            .field("outage_hold", &self.outage_hold)
             .finish()
     }
 }

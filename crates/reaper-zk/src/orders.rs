@@ -6,6 +6,7 @@
 
 use crate::{bounded, ZkError, ZkRegistry};
 use reaper_core::order::{KillOrder, ORDERS_DIR};
+use reaper_core::ports::{OrderDeletion, OrderNode};
 use zookeeper_client as zk;
 
 /// A worker name that is one path segment: anything else could address a
@@ -54,27 +55,40 @@ impl ZkRegistry {
         r
     }
 
-    /// Removes the order node (an absent node is no error), and the worker's
-    /// folder once it holds no order.
-    pub async fn delete_order(&self, worker: &str, task_id: i64) -> Result<(), ZkError> {
+    /// Removes the order node if it is still at `version` (its `Stat.version`
+    /// when read), and then the worker's folder once it holds no order. A
+    /// node changed since is left for whoever wrote it: a deposed leader
+    /// never removes its successor's order.
+    pub async fn delete_order(
+        &self,
+        worker: &str,
+        task_id: i64,
+        version: i64,
+    ) -> Result<OrderDeletion, ZkError> {
         let (client, rt) = self.request_client()?;
         let dir = format!("{}/{}", self.orders_dir(), segment(worker)?);
         let path = format!("{dir}/{task_id}");
-        match bounded(rt, client.delete(&path, None)).await {
-            Ok(()) | Err(ZkError::Zk(zk::Error::NoNode)) => {}
+        // A version ZooKeeper cannot hold matches no node.
+        let Ok(version) = i32::try_from(version) else {
+            return Ok(OrderDeletion::Changed);
+        };
+        let done = match bounded(rt, client.delete(&path, Some(version))).await {
+            Ok(()) => OrderDeletion::Deleted,
+            Err(ZkError::Zk(zk::Error::NoNode)) => OrderDeletion::Absent,
+            Err(ZkError::Zk(zk::Error::BadVersion)) => return Ok(OrderDeletion::Changed),
             Err(e) => {
                 self.count_error();
                 return Err(e);
             }
-        }
+        };
         // an order written meanwhile keeps the folder (NotEmpty)
         let _ = bounded(rt, client.delete(&dir, None)).await;
-        Ok(())
+        Ok(done)
     }
 
-    /// Every order node as (worker, order); nodes whose data is not an
+    /// Every order node with its version; nodes whose data is not an
     /// order are logged and skipped.
-    pub async fn orders(&self) -> Result<Vec<(String, KillOrder)>, ZkError> {
+    pub async fn orders(&self) -> Result<Vec<OrderNode>, ZkError> {
         let (client, rt) = self.request_client()?;
         let dir = self.orders_dir();
         let r = async {
@@ -93,13 +107,17 @@ impl ZkRegistry {
                 };
                 for task in tasks {
                     let path = format!("{wdir}/{task}");
-                    let data = match bounded(rt, client.get_data(&path)).await {
-                        Ok((d, _)) => d,
+                    let (data, stat) = match bounded(rt, client.get_data(&path)).await {
+                        Ok(d) => d,
                         Err(ZkError::Zk(zk::Error::NoNode)) => continue,
                         Err(e) => return Err(e),
                     };
                     match KillOrder::parse(&data) {
-                        Ok(o) => out.push((worker.clone(), o)),
+                        Ok(order) => out.push(OrderNode {
+                            worker: worker.clone(),
+                            order,
+                            version: i64::from(stat.version),
+                        }),
                         Err(e) => {
                             tracing::warn!(node = %path, error = %e, "skipping an order node that is not a kill order");
                         }

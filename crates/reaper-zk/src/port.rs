@@ -3,7 +3,8 @@
 use crate::{ZkLeader, ZkRegistry};
 use reaper_core::order::KillOrder;
 use reaper_core::ports::{
-    BoxFuture, Leadership, PortError, RegistrySource, RegistryStats, ViewWatch,
+    BoxFuture, Leadership, OrderDeletion, OrderNode, PortError, RegistrySource, RegistryStats,
+    ViewWatch,
 };
 use reaper_core::registry::Detected;
 use reaper_core::RegistryView;
@@ -72,15 +73,16 @@ impl RegistrySource for ZkRegistry {
         &'a self,
         worker: &'a str,
         task_id: i64,
-    ) -> BoxFuture<'a, Result<(), PortError>> {
+        version: i64,
+    ) -> BoxFuture<'a, Result<OrderDeletion, PortError>> {
         Box::pin(async move {
-            ZkRegistry::delete_order(self, worker, task_id)
+            ZkRegistry::delete_order(self, worker, task_id, version)
                 .await
                 .map_err(PortError::from)
         })
     }
 
-    fn orders(&self) -> BoxFuture<'_, Result<Vec<(String, KillOrder)>, PortError>> {
+    fn orders(&self) -> BoxFuture<'_, Result<Vec<OrderNode>, PortError>> {
         Box::pin(async move { ZkRegistry::orders(self).await.map_err(PortError::from) })
     }
 

@@ -15,7 +15,7 @@
 
 use crate::watch::Watcher;
 use crate::{bounded, session, ZkError, ZkSettings, ZkStats};
-use chrono::Utc;
+use reaper_core::ports::{Clock, SystemClock};
 use reaper_core::registry::{Detected, LayoutMode, Membership};
 use reaper_core::RegistryView;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,9 +50,15 @@ pub(crate) struct Inner {
     pub(crate) client: Mutex<Option<zk::Client>>,
     pub(crate) cancel: CancellationToken,
     task: tokio::sync::Mutex<Option<JoinHandle<()>>>,
+    /// The daemon's clock: losses and validity are stamped on it.
+    clock: Arc<dyn Clock>,
 }
 
 impl Inner {
+    pub(crate) fn now(&self) -> reaper_core::Instant {
+        self.clock.now()
+    }
+
     pub(crate) fn error(&self) {
         self.errors.fetch_add(1, Ordering::Relaxed);
     }
@@ -116,7 +122,16 @@ impl ZkRegistry {
     /// Starts the background watch loop. Never fails: an unreachable ensemble
     /// shows as an invalid view and is retried with capped exponential backoff.
     pub fn start(settings: ZkSettings, cancel: CancellationToken) -> ZkRegistry {
-        let now = Utc::now();
+        ZkRegistry::start_with_clock(settings, Arc::new(SystemClock), cancel)
+    }
+
+    /// [`ZkRegistry::start`] stamping losses and validity on `clock`.
+    pub fn start_with_clock(
+        settings: ZkSettings,
+        clock: Arc<dyn Clock>,
+        cancel: CancellationToken,
+    ) -> ZkRegistry {
+        let now = clock.now();
         let mut membership = Membership::new(
             LayoutMode::for_line(settings.line),
             settings.zone,
@@ -140,6 +155,7 @@ impl ZkRegistry {
             client: Mutex::new(None),
             cancel: cancel.child_token(),
             task: tokio::sync::Mutex::new(None),
+            clock,
         });
         let watcher = Watcher::new(inner.clone());
         let handle = tokio::spawn(session::run(watcher));

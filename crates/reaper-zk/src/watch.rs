@@ -27,7 +27,6 @@ use crate::registry::{lock, Inner, Shared};
 use crate::session::{terminal, Outcome};
 use crate::{bounded, ZkError};
 use arm::Forwarders;
-use chrono::Utc;
 use coalesce::Coalescer;
 use reaper_core::registry::{
     may_concern_servers, Backoff, Changes, FailoverLockLayout, Gap, LayoutMode, Membership,
@@ -79,7 +78,8 @@ impl Watcher {
         let held = list_locks(client, &self.inner.root, &self.locks, rt)
             .await
             .map_err(|e| format!("reading DS's failover locks: {e}"))?;
-        self.change(|m| m.apply_failover_locks(&held, Utc::now()));
+        let now = self.inner.now();
+        self.change(|m| m.apply_failover_locks(&held, now));
         Ok(())
     }
 
@@ -109,7 +109,8 @@ impl Watcher {
 
     pub(crate) fn invalidate(&mut self, gap: Gap, reason: impl Into<String>) {
         let reason = reason.into();
-        self.change(|m| m.invalidate(gap, reason, Utc::now()));
+        let now = self.inner.now();
+        self.change(|m| m.invalidate(gap, reason, now));
     }
 
     /// Waits until the session is connected again, or ends.
@@ -210,8 +211,8 @@ impl Watcher {
         let listing = list_all(client, &self.inner.root, mode, agents, rt).await?;
         let held = list_locks(client, &self.inner.root, &self.locks, rt).await?;
         // One step: no reader sees the view valid before the locks are in it.
+        let now = self.inner.now();
         let c = self.change(|m| {
-            let now = Utc::now();
             let mut c = m.apply_listing(listing, now);
             c.publish |= m.apply_failover_locks(&held, now).publish;
             c
@@ -259,7 +260,8 @@ impl Watcher {
                 }
                 _ = tick.tick() => {
                     self.flush_dirty(client).await;
-                    self.change(|m| m.prune_lost(Utc::now()));
+                    let now = self.inner.now();
+                    self.change(|m| m.prune_lost(now));
                 }
             }
         }
@@ -304,7 +306,7 @@ impl Watcher {
         if order.is_empty() {
             return Ok(());
         }
-        let now = Utc::now();
+        let now = self.inner.now();
         let mut events: Vec<NodeEvent> = Vec::new();
         let mut to_read: Vec<String> = Vec::new();
         for rel in order {

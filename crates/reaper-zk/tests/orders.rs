@@ -5,7 +5,7 @@ mod zk_setup;
 
 use ds_sim::zk::delete_tree;
 use reaper_core::order::{KillOrder, OrderPid};
-use reaper_core::ports::RegistrySource;
+use reaper_core::ports::{OrderDeletion, RegistrySource};
 use reaper_core::DsLine;
 use reaper_zk::ZkRegistry;
 use tokio_util::sync::CancellationToken;
@@ -78,7 +78,7 @@ async fn orders_are_persistent_nodes_under_the_root() {
         .await
         .unwrap()
         .into_iter()
-        .map(|(w, o)| (w, o.order_id))
+        .map(|n| (n.worker, n.order.order_id))
         .collect();
     all.sort();
     assert_eq!(
@@ -94,10 +94,14 @@ async fn orders_are_persistent_nodes_under_the_root() {
     assert!(port.put_order("../x", &order(1, "x")).await.is_err());
     assert!(port.put_order("", &order(1, "x")).await.is_err());
 
-    // removed; removing again is no error; an emptied worker folder goes too
-    port.delete_order("10.0.0.5:1234", 42).await.unwrap();
-    port.delete_order("10.0.0.5:1234", 42).await.unwrap();
-    port.delete_order("10.0.0.5:1234", 43).await.unwrap();
+    // removed at the version read; removing again is no error; an emptied
+    // worker folder goes too
+    let v42 = version_of(port, "10.0.0.5:1234", 42).await;
+    let v43 = version_of(port, "10.0.0.5:1234", 43).await;
+    let del = |task, v| port.delete_order("10.0.0.5:1234", task, v);
+    assert_eq!(del(42, v42).await.unwrap(), OrderDeletion::Deleted);
+    assert_eq!(del(42, v42).await.unwrap(), OrderDeletion::Absent);
+    assert_eq!(del(43, v43).await.unwrap(), OrderDeletion::Deleted);
     assert!(client
         .check_stat(&format!("{root}/ds-reaper/orders/10.0.0.5:1234"))
         .await
@@ -108,7 +112,7 @@ async fn orders_are_persistent_nodes_under_the_root() {
         .await
         .unwrap()
         .into_iter()
-        .map(|(_, o)| o.order_id)
+        .map(|n| n.order.order_id)
         .collect();
     assert_eq!(left, ["c"]);
 
@@ -120,6 +124,65 @@ async fn orders_are_persistent_nodes_under_the_root() {
     );
     wait_view(&reg, "valid", |v| v.is_valid()).await;
     assert_eq!(RegistrySource::orders(&reg).await.unwrap().len(), 1);
+    reg.close().await;
+    let _ = delete_tree(&zk_addr, root.trim_end_matches("/dolphinscheduler")).await;
+}
+
+/// The version `orders()` reads the order node of `task` at.
+async fn version_of(port: &dyn RegistrySource, worker: &str, task: i64) -> i64 {
+    let nodes = port.orders().await.unwrap();
+    let n = nodes
+        .iter()
+        .find(|n| n.worker == worker && n.order.task_id == task);
+    n.expect("order node").version
+}
+
+/// SPEC §15: a node is removed only at the version it was read at, so the
+/// order a successor wrote over it after the read stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_order_replaced_after_it_was_read_is_not_deleted_by_the_old_version() {
+    let Some(zk_addr) = shared_zk().await else {
+        return;
+    };
+    let root = unique_root();
+    let reg = ZkRegistry::start(
+        settings(&zk_addr, &root, Some(DsLine::V3_2)),
+        CancellationToken::new(),
+    );
+    wait_view(&reg, "valid", |v| v.is_valid()).await;
+    let port: &dyn RegistrySource = &reg;
+    const W: &str = "10.0.0.5:1234";
+    port.put_order(W, &order(42, "old")).await.unwrap();
+    let seen = version_of(port, W, 42).await;
+
+    // another daemon (the successor) writes a newer order for the task
+    let successor = ZkRegistry::start(
+        settings(&zk_addr, &root, Some(DsLine::V3_2)),
+        CancellationToken::new(),
+    );
+    wait_view(&successor, "valid", |v| v.is_valid()).await;
+    successor.put_order(W, &order(42, "new")).await.unwrap();
+
+    let answer = port.delete_order(W, 42, seen).await.unwrap();
+    assert_eq!(answer, OrderDeletion::Changed);
+    let left: Vec<String> = port
+        .orders()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|n| n.order.order_id)
+        .collect();
+    assert_eq!(left, ["new"], "the successor's order stays");
+
+    // at the version the successor's order is read at, it goes
+    let now = version_of(port, W, 42).await;
+    assert_ne!(now, seen);
+    assert_eq!(
+        port.delete_order(W, 42, now).await.unwrap(),
+        OrderDeletion::Deleted
+    );
+    assert!(port.orders().await.unwrap().is_empty());
+    successor.close().await;
     reg.close().await;
     let _ = delete_tree(&zk_addr, root.trim_end_matches("/dolphinscheduler")).await;
 }

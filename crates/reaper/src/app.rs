@@ -8,7 +8,7 @@ use crate::engine::driver::sweeper;
 use crate::engine::{Engine, Ports, SharedEngine};
 use crate::metrics::Metrics;
 use anyhow::Context;
-use reaper_core::ports::{Leadership, RegistrySource, SystemClock};
+use reaper_core::ports::{Clock, Leadership, RegistrySource, SystemClock};
 use reaper_etcd::{EtcdLeader, EtcdRegistry};
 use reaper_jdbc::{JdbcLeader, JdbcRegistry, LeaderOptions};
 use reaper_sql::{Db, SqlStore};
@@ -53,6 +53,7 @@ type RegistryPorts = (Arc<dyn RegistrySource>, Option<Arc<dyn Leadership>>);
 /// leader election.
 fn registry(
     settings: &Settings,
+    clock: Arc<dyn Clock>,
     cancel: &CancellationToken,
     elect: bool,
 ) -> anyhow::Result<RegistryPorts> {
@@ -60,7 +61,7 @@ fn registry(
     Ok(match settings.registry.kind {
         RegistryKind::Zookeeper => {
             let zk = zk_settings(settings);
-            let registry = ZkRegistry::start(zk.clone(), cancel.child_token());
+            let registry = ZkRegistry::start_with_clock(zk.clone(), clock, cancel.child_token());
             let leader = elect.then(|| {
                 Arc::new(ZkLeader::start(
                     zk,
@@ -73,7 +74,7 @@ fn registry(
         }
         RegistryKind::Etcd => {
             let es = etcd_settings(settings);
-            let registry = EtcdRegistry::start(es.clone(), cancel.child_token());
+            let registry = EtcdRegistry::start_with_clock(es.clone(), clock, cancel.child_token());
             let leader = elect.then(|| {
                 Arc::new(EtcdLeader::start(
                     es,
@@ -86,8 +87,8 @@ fn registry(
         }
         RegistryKind::Jdbc => {
             let js = jdbc_settings(settings);
-            let registry =
-                JdbcRegistry::start(js.clone(), cancel.child_token()).context("jdbc_registry")?;
+            let registry = JdbcRegistry::start_with_clock(js.clone(), clock, cancel.child_token())
+                .context("jdbc_registry")?;
             let leader = if elect {
                 let mut opts = LeaderOptions::new(replica_id());
                 opts.lock_name = jdbc_lock_name(&js.url);
@@ -111,12 +112,15 @@ pub fn build(
     elect: bool,
 ) -> anyhow::Result<SharedEngine> {
     let db = Db::connect_lazy(&db_settings(&settings)).context("database")?;
-    let (registry, leader) = registry(&settings, cancel, elect)?;
+    // One clock for the engine and the registry it reads: losses and the
+    // grace periods measured from them are on the same time line.
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let (registry, leader) = registry(&settings, clock.clone(), cancel, elect)?;
     let ports = Ports {
         store: Arc::new(SqlStore::new(db)),
         registry,
         leader,
-        clock: Arc::new(SystemClock),
+        clock,
         rm: crate::yarn::resource_manager(&settings.yarn),
     };
     Ok(Arc::new(Engine::new(settings, ports, Metrics::new())))

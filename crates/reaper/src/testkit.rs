@@ -5,9 +5,9 @@
 //! Fakes live here only: adapters are tested against real services.
 
 use reaper_core::ports::{
-    BoxFuture, Clock, FollowUpOutcome, FollowUpRequest, Leadership, LiveMaster, PortError,
-    RegistrySource, RegistryStats, Scan, SchemaInfo, TaskRow, TaskStore, TaskWrite, ViewWatch,
-    WorkflowOutcome, WriteOutcome,
+    BoxFuture, Clock, FollowUpOutcome, FollowUpRequest, Leadership, LiveMaster, OrderDeletion,
+    OrderNode, PortError, RegistrySource, RegistryStats, Scan, SchemaInfo, TaskRow, TaskStore,
+    TaskWrite, ViewWatch, WorkflowOutcome, WriteOutcome,
 };
 use reaper_core::registry::Detected;
 use reaper_core::workflow::WorkflowCandidate;
@@ -393,11 +393,21 @@ impl TaskStore for MemStore {
 
 mod workflows;
 
+/// Order nodes by (worker, task id), each with its version.
+type OrderNodes = BTreeMap<(String, i64), (reaper_core::order::KillOrder, i64)>;
+type OnDelete = Box<dyn Fn(&MemRegistry) + Send + Sync>;
+
 /// A registry whose view the test sets.
 pub struct MemRegistry {
     tx: watch::Sender<Arc<RegistryView>>,
     closed: AtomicBool,
-    orders: Mutex<BTreeMap<(String, i64), reaper_core::order::KillOrder>>,
+    /// Order nodes with their versions, and the last version given out
+    /// (one counter, as etcd's revisions: a rewritten node never gets a
+    /// version it had before).
+    orders: Mutex<(OrderNodes, i64)>,
+    /// Called by each `delete_order` before it looks at the node: a test
+    /// makes something happen at that moment (a lost leadership, a newer order).
+    on_delete_order: Mutex<Option<OnDelete>>,
 }
 
 struct MemWatch(watch::Receiver<Arc<RegistryView>>);
@@ -423,7 +433,8 @@ impl MemRegistry {
         Arc::new(MemRegistry {
             tx,
             closed: AtomicBool::new(false),
-            orders: Mutex::new(BTreeMap::new()),
+            orders: Mutex::new((BTreeMap::new(), 0)),
+            on_delete_order: Mutex::new(None),
         })
     }
 
@@ -438,7 +449,27 @@ impl MemRegistry {
 
     /// The kill order nodes, by (worker, task id).
     pub fn order_nodes(&self) -> BTreeMap<(String, i64), reaper_core::order::KillOrder> {
-        lock(&self.orders).clone()
+        lock(&self.orders)
+            .0
+            .iter()
+            .map(|(k, (o, _))| (k.clone(), o.clone()))
+            .collect()
+    }
+
+    /// Writes (or replaces) an order node as another daemon would.
+    pub fn write_order(&self, worker: &str, order: &reaper_core::order::KillOrder) {
+        let mut g = lock(&self.orders);
+        g.1 += 1;
+        let version = g.1;
+        g.0.insert(
+            (worker.to_string(), order.task_id),
+            (order.clone(), version),
+        );
+    }
+
+    /// Sets what each `delete_order` does first.
+    pub fn on_delete_order(&self, f: impl Fn(&MemRegistry) + Send + Sync + 'static) {
+        *lock(&self.on_delete_order) = Some(Box::new(f));
     }
 }
 
@@ -473,7 +504,7 @@ impl RegistrySource for MemRegistry {
         order: &'a reaper_core::order::KillOrder,
     ) -> BoxFuture<'a, Result<(), PortError>> {
         Box::pin(async move {
-            lock(&self.orders).insert((worker.to_string(), order.task_id), order.clone());
+            self.write_order(worker, order);
             Ok(())
         })
     }
@@ -482,20 +513,35 @@ impl RegistrySource for MemRegistry {
         &'a self,
         worker: &'a str,
         task_id: i64,
-    ) -> BoxFuture<'a, Result<(), PortError>> {
+        version: i64,
+    ) -> BoxFuture<'a, Result<OrderDeletion, PortError>> {
         Box::pin(async move {
-            lock(&self.orders).remove(&(worker.to_string(), task_id));
-            Ok(())
+            if let Some(f) = lock(&self.on_delete_order).as_ref() {
+                f(self);
+            }
+            let mut g = lock(&self.orders);
+            let key = (worker.to_string(), task_id);
+            Ok(match g.0.get(&key) {
+                None => OrderDeletion::Absent,
+                Some((_, v)) if *v != version => OrderDeletion::Changed,
+                Some(_) => {
+                    g.0.remove(&key);
+                    OrderDeletion::Deleted
+                }
+            })
         })
     }
 
-    fn orders(
-        &self,
-    ) -> BoxFuture<'_, Result<Vec<(String, reaper_core::order::KillOrder)>, PortError>> {
+    fn orders(&self) -> BoxFuture<'_, Result<Vec<OrderNode>, PortError>> {
         Box::pin(async move {
             Ok(lock(&self.orders)
+                .0
                 .iter()
-                .map(|((w, _), o)| (w.clone(), o.clone()))
+                .map(|((w, _), (o, v))| OrderNode {
+                    worker: w.clone(),
+                    order: o.clone(),
+                    version: *v,
+                })
                 .collect())
         })
     }

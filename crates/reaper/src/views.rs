@@ -225,6 +225,10 @@ pub struct BrakeView {
     pub engaged: bool,
     pub since: Option<Instant>,
     pub why: Option<String>,
+    /// The rule (`no_worker`, `lost_workers`, `zombies`, `registry_outage`).
+    pub reason: Option<reaper_core::BrakeReason>,
+    /// The servers to check (a registry outage's), `{"kind", "host"}`.
+    pub servers: Vec<reaper_core::registry::OutageServer>,
 }
 
 /// `/api/v1/status`.
@@ -269,6 +273,12 @@ impl StatusView {
                 engaged: st.brake.engaged(),
                 since: st.brake.engaged_since,
                 why: st.brake.why.clone(),
+                reason: st.brake.reason.filter(|_| st.brake.engaged()),
+                servers: if st.brake.engaged() {
+                    st.brake.servers.clone()
+                } else {
+                    Vec::new()
+                },
             },
             last_sweep: st.last_sweep.clone(),
             database_error: st.db_error.clone(),

@@ -450,6 +450,7 @@ fn kill_orders_are_decided_under_the_brake_the_cap_and_the_rate_limit() {
         engaged_since: Some(t(0)),
         why: Some("test".into()),
         clear_since: None,
+        ..Default::default()
     });
     let g = last(&mut s);
     assert!(g

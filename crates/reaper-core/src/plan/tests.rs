@@ -382,6 +382,7 @@ fn invalid_view_judges_nothing_and_keeps_brake() {
             engaged_since: Some(t(-10)),
             why: Some("x".into()),
             clear_since: None,
+            ..Default::default()
         },
         ..SafetyState::default()
     };

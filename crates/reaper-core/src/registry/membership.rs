@@ -22,6 +22,9 @@
 
 mod agents;
 mod nodes;
+mod outage;
+
+pub use outage::{OutageServer, RegistryOutage};
 
 use super::heartbeat::HeartbeatError;
 use super::layout::{Detected, LayoutEvidence, LayoutMode};

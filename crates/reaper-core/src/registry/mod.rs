@@ -25,4 +25,6 @@ pub use layout::{
     classify, failover_lock_paths, is_lock_node, may_concern_servers, Detected, FailoverLockDir,
     FailoverLockLayout, LayoutEvidence, LayoutMode, NodeClass, NodeKey,
 };
-pub use membership::{Changes, Gap, ListedNode, Listing, Membership, NodeEvent, Note};
+pub use membership::{
+    Changes, Gap, ListedNode, Listing, Membership, NodeEvent, Note, OutageServer, RegistryOutage,
+};

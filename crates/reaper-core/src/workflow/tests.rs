@@ -176,6 +176,7 @@ fn rules_and_the_shared_budget() {
         engaged_since: Some(t(0)),
         why: Some("lost".into()),
         clear_since: None,
+        ..Default::default()
     });
     assert_eq!(
         judge(&mut braked),

@@ -3,7 +3,6 @@
 
 use super::{lock, Watcher, DATA_COALESCE};
 use crate::{bounded, ZkError};
-use chrono::Utc;
 use reaper_core::registry::NodeEvent;
 use std::collections::{HashMap, HashSet};
 use tokio::time::Instant as Tick;
@@ -58,7 +57,8 @@ impl Watcher {
                 }
             }
         }
-        let c = self.change(|m| m.apply(events, Utc::now()));
+        let now = self.inner.now();
+        let c = self.change(|m| m.apply(events, now));
         self.coalesce.read(&c.read);
     }
 

@@ -72,6 +72,8 @@ struct Found {
     workflows: Vec<WorkflowView>,
     ghosts: Vec<GhostView>,
     anomalies: Vec<Anomaly>,
+    /// The brake condition this judgement saw (a `run` would hold every action).
+    brake: Option<reaper_core::BrakeState>,
 }
 
 impl Found {
@@ -86,6 +88,7 @@ impl Found {
             workflows: c.workflows.iter().map(WorkflowView::new).collect(),
             ghosts: c.ghosts.iter().map(GhostView::new).collect(),
             anomalies: c.anomalies,
+            brake: Some(c.brake.clone()).filter(|b| b.engaged()),
         })
     }
 
@@ -105,12 +108,20 @@ impl Found {
             "workflows": self.workflows,
             "ghosts": self.ghosts,
             "anomalies": self.anomalies,
+            "brake": self.brake.as_ref().map(|b| json!({
+                "reason": b.reason,
+                "why": b.why,
+                "servers": b.servers,
+            })),
         });
         println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
     }
 
     fn print_tables(&self, s: &Settings) {
         println!("registry: {}", s.registry.kind.as_str());
+        if let Some(why) = self.brake.as_ref().and_then(|b| b.why.as_deref()) {
+            println!("brake engaged: {why}");
+        }
         print_table(self.line, self.candidates, &self.zombies);
         print_workflows(&self.workflows);
         print_ghosts(&self.ghosts);

@@ -80,6 +80,8 @@ pub fn jdbc_settings(s: &Settings) -> JdbcSettings {
     j.statement_timeout = s.database.statement_timeout;
     j.line = line(s);
     j.zone = s.dolphinscheduler.time_zone;
+    j.outage_grace = s.reconcile.grace_period;
+    j.outage_hold = s.jdbc_registry.outage_hold;
     j
 }
 

@@ -13,6 +13,8 @@ use reaper_core::order::{OrderOutcome, OrderResult};
 use reaper_core::{Candidate, NodeKind};
 use std::time::Duration;
 
+mod orders;
+
 const W1: &str = "w1:1234";
 const STALE: Duration = Duration::from_secs(35);
 

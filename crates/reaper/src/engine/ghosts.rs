@@ -12,6 +12,7 @@ use super::{Engine, SweepState};
 use crate::audit::{AuditError, AuditEvent, Record, RecordKind};
 use reaper_core::ghost::{self, Ghost, GhostMemory, ListedRead};
 use reaper_core::order::{KillOrder, OrderOutcome};
+use reaper_core::ports::{OrderDeletion, OrderNode};
 use reaper_core::{Budget, DsLine, Instant, RegistryView};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -95,7 +96,7 @@ impl Engine {
         &self,
         st: &mut SweepState,
         ghosts: &Arc<Vec<Ghost>>,
-        orders: Option<&[(String, KillOrder)]>,
+        orders: Option<&[OrderNode]>,
         view: &RegistryView,
         line: DsLine,
         now: Instant,
@@ -168,13 +169,13 @@ impl Engine {
         &self,
         st: &mut SweepState,
         view: &RegistryView,
-        outstanding: &[(String, KillOrder)],
+        outstanding: &[OrderNode],
         line: DsLine,
         now: Instant,
     ) {
-        let by_id: HashMap<&str, &(String, KillOrder)> = outstanding
+        let by_id: HashMap<&str, &OrderNode> = outstanding
             .iter()
-            .map(|o| (o.1.order_id.as_str(), o))
+            .map(|o| (o.order.order_id.as_str(), o))
             .collect();
         // The agent answers only while an order's node exists: an order of
         // this run whose node is gone will never be answered.
@@ -190,12 +191,10 @@ impl Engine {
         for (worker, outcomes) in agents {
             for o in outcomes {
                 // an order of ours: this run's, or one still in the registry
-                let known = st
-                    .ghosts
-                    .issued
-                    .get(&o.order_id)
-                    .cloned()
-                    .or_else(|| by_id.get(o.order_id.as_str()).map(|x| (*x).clone()));
+                let known = st.ghosts.issued.get(&o.order_id).cloned().or_else(|| {
+                    let n = by_id.get(o.order_id.as_str())?;
+                    Some((n.worker.clone(), n.order.clone()))
+                });
                 let Some((order_worker, order)) = known else {
                     continue;
                 };
@@ -216,20 +215,45 @@ impl Engine {
                     }
                     st.ghosts.answered.push_back(o.order_id.clone());
                 }
-                // The agent answers while the node exists: remove it, unless
-                // it holds a newer order for the task by now.
-                if by_id.contains_key(o.order_id.as_str()) {
-                    if let Err(e) = self
-                        .registry
-                        .delete_order(&order_worker, order.task_id)
-                        .await
-                    {
-                        tracing::warn!(error = %e, task_id = order.task_id,
-                            "order node not removed; retried while the agent still answers it");
+                // The agent answers while the node exists: remove it, at the
+                // version read with this answer, so a node holding a newer
+                // order for the task by now stays.
+                if let Some(node) = by_id.get(o.order_id.as_str()) {
+                    if !self.remove_order(node).await {
+                        return;
                     }
                 }
             }
         }
+    }
+
+    /// Removes an answered order's node at the version it was read at,
+    /// asking first whether this daemon still leads (SPEC §15: a deposed
+    /// leader never removes its successor's order). False when it no longer
+    /// leads: nothing more is removed in this sweep.
+    async fn remove_order(&self, node: &OrderNode) -> bool {
+        if !self.is_leader() {
+            tracing::info!(task_id = node.order.task_id, order_id = %node.order.order_id,
+                "no longer the leader; the order node is left to the leader");
+            return false;
+        }
+        let task_id = node.order.task_id;
+        match self
+            .registry
+            .delete_order(&node.worker, task_id, node.version)
+            .await
+        {
+            Ok(OrderDeletion::Deleted | OrderDeletion::Absent) => {}
+            Ok(OrderDeletion::Changed) => {
+                tracing::debug!(task_id, order_id = %node.order.order_id,
+                    "order node changed since it was read; left in place");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, task_id,
+                    "order node not removed; retried while the agent still answers it");
+            }
+        }
+        true
     }
 
     /// Audits and counts one answer.
@@ -286,6 +310,11 @@ fn outstanding(listed: &Listed) -> BTreeSet<(String, i64)> {
         .orders
         .iter()
         .flatten()
-        .map(|(w, o)| (reaper_core::host::normalize(w).into_owned(), o.task_id))
+        .map(|n| {
+            (
+                reaper_core::host::normalize(&n.worker).into_owned(),
+                n.order.task_id,
+            )
+        })
         .collect()
 }

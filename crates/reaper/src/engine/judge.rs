@@ -11,7 +11,6 @@ use super::sweep::{Mode, Stop};
 use super::{Engine, SweepState, SweepSummary};
 use reaper_core::anomaly::{plan_task_anomalies, plan_workflow_anomalies, AnomalyReport};
 use reaper_core::ghost::{Ghost, GhostMemory};
-use reaper_core::order::KillOrder;
 use reaper_core::remote::AppPhase;
 use reaper_core::workflow::{plan_workflows, WorkflowFinding};
 use reaper_core::{
@@ -48,7 +47,7 @@ pub(super) struct Judgement {
     /// could not be read (no ghost judged).
     pub ghosts: Option<Ghosts>,
     /// The outstanding kill orders; None when they could not be read.
-    pub orders: Option<Vec<(String, KillOrder)>>,
+    pub orders: Option<Vec<reaper_core::ports::OrderNode>>,
     pub anomalies: AnomalyReport,
     pub remote: Answers,
 }
@@ -224,7 +223,7 @@ impl Engine {
         line: DsLine,
         mode: Mode,
         budget: &mut Budget,
-    ) -> (Option<Ghosts>, Option<Vec<(String, KillOrder)>>) {
+    ) -> (Option<Ghosts>, Option<Vec<reaper_core::ports::OrderNode>>) {
         let kill = self.settings.policy.kill_remote_apps;
         let evidence = remote.evidence(kill);
         let (mut ghosts, memory, orders) = match listed {
@@ -356,6 +355,8 @@ pub struct Checked {
     pub workflows: Vec<WorkflowFinding>,
     pub ghosts: Vec<Ghost>,
     pub anomalies: Vec<reaper_core::anomaly::Anomaly>,
+    /// The brake as the judgement left it.
+    pub brake: reaper_core::BrakeState,
 }
 
 impl From<Judgement> for Checked {
@@ -368,6 +369,7 @@ impl From<Judgement> for Checked {
             workflows: j.workflows.to_vec(),
             ghosts: j.ghosts.map(|(g, _)| g.to_vec()).unwrap_or_default(),
             anomalies: j.anomalies.anomalies,
+            brake: j.next.brake,
         }
     }
 }

@@ -325,6 +325,18 @@ impl Engine {
         m.brake_engaged
             .set(self.status_read().brake.engaged() as i64);
         let now = self.now();
+        // SPEC §14 jdbc: the servers to check, while the outage holds
+        let outage: Vec<String> = view
+            .registry_outage
+            .iter()
+            .filter(|o| o.holds(now))
+            .flat_map(|o| &o.servers)
+            .map(|s| match s.kind {
+                reaper_core::NodeKind::Worker => format!("worker {}", s.host),
+                reaper_core::NodeKind::Master => format!("master {}", s.host),
+            })
+            .collect();
+        m.set_registry_outage(&outage);
         let stale_after = self.settings.reconcile.agent_stale_after;
         let fresh = view
             .agents

@@ -62,13 +62,18 @@ impl Engine {
         }
         let mut r = Record::event(AuditEvent::Brake, "daemon", now);
         r.ds_line = Some(line.as_str().to_string());
+        let b = brake;
         r.detail = Some(if engaged {
-            format!("engaged: {}", brake.why.clone().unwrap_or_default())
+            format!("engaged: {}", b.why.clone().unwrap_or_default())
         } else {
             "released".to_string()
         });
+        r.reason = b.reason.map(|r| r.as_str().to_string());
+        if !b.servers.is_empty() {
+            r.evidence = Some(serde_json::json!({ "servers": b.servers }));
+        }
         if engaged {
-            tracing::error!(why = ?brake.why, "brake engaged: no action until the condition clears");
+            tracing::error!(why = ?b.why, reason = ?b.reason, "brake engaged: no action until the condition clears");
         } else {
             tracing::info!("brake released");
         }

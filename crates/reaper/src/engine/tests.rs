@@ -11,6 +11,8 @@ use reaper_core::{Action, Candidate, FollowUp, NodeInfo, NodeKind, ViewState};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+mod outage;
+
 fn t0() -> Instant {
     chrono::Utc.timestamp_opt(1_700_000_000, 0).unwrap()
 }

@@ -50,6 +50,8 @@ fn quiet_page(now: Instant) -> Page {
                 engaged: false,
                 since: None,
                 why: None,
+                reason: None,
+                servers: Vec::new(),
             },
             last_sweep: Some(crate::engine::SweepSummary {
                 at: now - chrono::TimeDelta::seconds(3),

@@ -5,8 +5,7 @@
 use super::GHOST_READ;
 use crate::engine::Engine;
 use reaper_core::ghost::{self, GhostRow};
-use reaper_core::order::KillOrder;
-use reaper_core::ports::PortErrorKind;
+use reaper_core::ports::{OrderNode, PortErrorKind};
 use reaper_core::IdSet;
 use reaper_core::{DsLine, Instant, RegistryView};
 use std::collections::BTreeMap;
@@ -18,9 +17,10 @@ pub(in crate::engine) struct Listed {
     /// Listed tasks whose candidate row is live on the one worker that lists
     /// them: no ghost, and no row kept for them.
     pub(super) live: IdSet,
-    /// The order nodes in the registry; None when they could not be read
-    /// (no order is then written: one may be outstanding).
-    pub(in crate::engine) orders: Option<Vec<(String, KillOrder)>>,
+    /// The order nodes in the registry, each with the version it was read
+    /// at; None when they could not be read (no order is then written: one
+    /// may be outstanding).
+    pub(in crate::engine) orders: Option<Vec<OrderNode>>,
 }
 
 impl Engine {
@@ -91,7 +91,7 @@ impl Engine {
     }
 
     /// The kill orders in the registry; None when they cannot be read.
-    async fn read_orders(&self, no_agents: bool) -> Option<Vec<(String, KillOrder)>> {
+    async fn read_orders(&self, no_agents: bool) -> Option<Vec<OrderNode>> {
         // Without agents there are neither ghosts nor answers: no registry
         // call at all for clusters that run none.
         if no_agents {
