@@ -284,6 +284,11 @@ scan_interval = "1s"
 allow_kill = true
 kill_grace = "2s"
 listen = "127.0.0.1:{port}"
+# The simulated heartbeats' startupTime lies before the java stand-in whose
+# pid they carry was started (a real worker's JVM starts before it): the
+# agent's start-time check of its JVM is widened past that (simulation only).
+[reconcile]
+clock_skew_tolerance = "1000days"
 [log]
 format = "json"
 level = "info"

@@ -1371,6 +1371,11 @@ exec_base = "{exec}"
 scan_interval = "1s"
 listen = "127.0.0.1:{port}"
 {extra}
+# The simulated heartbeats' startupTime lies before the java stand-in whose
+# pid they carry was started (a real worker's JVM starts before it): the
+# agent's start-time check of its JVM is widened past that (simulation only).
+[reconcile]
+clock_skew_tolerance = "1000days"
 [log]
 format = "pretty"
 level = "info"
