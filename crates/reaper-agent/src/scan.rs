@@ -129,6 +129,8 @@ pub struct Scanner {
     dirs: BTreeMap<i64, TaskDir>,
     /// The tasks' YARN application ids (SPEC §17).
     apps: AppIds,
+    /// What stamps a scan's start (the wall clock but in tests).
+    clock: std::sync::Arc<dyn reaper_core::ports::Clock>,
 }
 
 impl Scanner {
@@ -138,6 +140,7 @@ impl Scanner {
             paths,
             worker: WorkerJvm::Unknown,
             clock_skew: Duration::from_secs(5),
+            clock: std::sync::Arc::new(reaper_core::ports::SystemClock),
             jvm: None,
             first_seen: None,
             own: HashSet::new(),
@@ -175,6 +178,12 @@ impl Scanner {
 
     /// `reconcile.clock_skew_tolerance`: how much later than the heartbeat's
     /// `startupTime` the JVM may seem to have started.
+    /// Stamps scans on `clock` instead of the wall clock.
+    pub fn with_clock(mut self, clock: std::sync::Arc<dyn reaper_core::ports::Clock>) -> Scanner {
+        self.clock = clock;
+        self
+    }
+
     pub fn with_clock_skew(mut self, skew: Duration) -> Scanner {
         self.clock_skew = skew;
         self
@@ -222,7 +231,7 @@ impl Scanner {
     /// Scans once; never fails: what it could not read, it counts.
     pub fn scan(&mut self) -> Scan {
         let clock = std::time::Instant::now();
-        let started_at = chrono::Utc::now().timestamp_millis();
+        let started_at = self.clock.now().timestamp_millis();
         let mut scan = Scan {
             started_at,
             ..Scan::default()

@@ -214,8 +214,9 @@ impl Engine {
         let started = ports.clock.now();
         let rm = ports.rm;
         let known_apps = rm.as_ref().map(|_| {
-            Arc::new(crate::yarn::KnownApps::load(
+            Arc::new(crate::yarn::KnownApps::load_at(
                 crate::yarn::KnownApps::beside(&settings.audit.path),
+                started,
             ))
         });
         Engine {

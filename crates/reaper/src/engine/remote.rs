@@ -386,7 +386,8 @@ impl Engine {
             return;
         };
         let path = known.path().display().to_string();
-        match tokio::task::spawn_blocking(move || known.own()).await {
+        let now = self.now();
+        match tokio::task::spawn_blocking(move || known.own(now)).await {
             Ok(Ok(())) => tracing::debug!(%path, "remote applications file compacted"),
             // the file stays as it was: appends go on, nothing is lost
             Ok(Err(e)) => {

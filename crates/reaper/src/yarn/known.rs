@@ -2,6 +2,7 @@
 //! as learned, and compacted by the daemon.
 
 use super::file::{append, read_all, write_atomically, Entry, Read, Tasks};
+use reaper_core::ports::Clock;
 use reaper_core::remote::is_app_id;
 use reaper_core::Instant;
 use serde::{Deserialize, Serialize};
@@ -64,7 +65,12 @@ impl KnownApps {
     /// cannot be read is logged, and the daemon goes on with what the agents
     /// report. Nothing is written here: see [`KnownApps::own`].
     pub fn load(path: PathBuf) -> KnownApps {
-        let now = chrono::Utc::now();
+        KnownApps::load_at(path, reaper_core::ports::SystemClock.now())
+    }
+
+    /// [`KnownApps::load`] on the daemon's clock (`now`: what the read
+    /// stamps a line without its own time with).
+    pub fn load_at(path: PathBuf, now: Instant) -> KnownApps {
         let read = read_all(&path, now).unwrap_or_else(|e| {
             tracing::error!(path = %path.display(), error = %e, "cannot read the remote applications file");
             Read {
@@ -87,10 +93,9 @@ impl KnownApps {
     /// Makes this process the one that compacts the file (the daemon), and
     /// compacts it now: one line per task, its ids deduplicated, torn and
     /// malformed lines gone. Blocking.
-    pub fn own(&self) -> std::io::Result<()> {
+    pub fn own(&self, now: Instant) -> std::io::Result<()> {
         self.st().owner = true;
-        self.compact(&BTreeSet::new(), chrono::Utc::now())
-            .map(|_| ())
+        self.compact(&BTreeSet::new(), now).map(|_| ())
     }
 
     pub fn path(&self) -> &Path {
@@ -179,7 +184,10 @@ impl KnownApps {
             st.owner && st.lines > 2 * st.tasks.len() + GROWTH_SLACK
         };
         if grown {
-            if let Err(e) = self.compact(&BTreeSet::new(), chrono::Utc::now()) {
+            // the newest learned time is the daemon's clock at learning
+            let now = new.iter().map(|l| l.learned_at).max();
+            let now = now.unwrap_or_else(|| reaper_core::ports::SystemClock.now());
+            if let Err(e) = self.compact(&BTreeSet::new(), now) {
                 // the appended lines are on disk: only the size is at stake
                 tracing::warn!(path = %self.path.display(), error = %e, "cannot compact the remote applications file");
             }

@@ -124,7 +124,7 @@ fn the_owner_compacts_to_one_line_per_task_keeping_every_id() {
     drop(f);
 
     let k = KnownApps::load(path.clone());
-    k.own().unwrap();
+    k.own(chrono::Utc::now()).unwrap();
     let want = vec![
         (
             7,
@@ -177,7 +177,7 @@ fn a_crash_or_a_failure_mid_compaction_loses_no_id() {
     );
     assert_eq!(std::fs::read(&path).unwrap(), before, "load never writes");
     // the owner's compaction replaces both
-    k.own().unwrap();
+    k.own(chrono::Utc::now()).unwrap();
     assert!(!tmp.exists());
     assert_eq!(lines(&path).len(), 2);
 
@@ -186,7 +186,7 @@ fn a_crash_or_a_failure_mid_compaction_loses_no_id() {
     let before = std::fs::read(&path).unwrap();
     std::fs::create_dir(&tmp).unwrap();
     let k = KnownApps::load(path.clone());
-    assert!(k.own().is_err());
+    assert!(k.own(chrono::Utc::now()).is_err());
     assert_eq!(std::fs::read(&path).unwrap(), before);
     k.learn(&[learned(3, "application_1_3")]).unwrap();
     std::fs::remove_dir(&tmp).unwrap();
@@ -205,7 +205,7 @@ fn the_owner_compacts_once_the_file_has_grown_past_its_bound() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("remote-apps.jsonl");
     let k = KnownApps::load(path.clone());
-    k.own().unwrap();
+    k.own(chrono::Utc::now()).unwrap();
     let id = |i: usize| format!("application_1_{i}");
     let many: Vec<Learned> = (0..1000).map(|i| learned(1, &id(i))).collect();
     k.learn(&many).unwrap();
@@ -241,7 +241,7 @@ fn only_tasks_long_over_are_forgotten_and_what_another_process_appended_is_kept(
     let now = chrono::Utc::now();
     let days = |d: i64| chrono::TimeDelta::days(d);
     let k = KnownApps::load(path.clone());
-    k.own().unwrap();
+    k.own(chrono::Utc::now()).unwrap();
     k.learn(&[
         // learned 8 days ago, its row over: forgotten after a day missing
         learned_at(1, "application_1_1", now - days(8)),
