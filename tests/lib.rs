@@ -420,7 +420,7 @@ impl AgentProcess {
             // startupTime. The agent's start-time check of its JVM is tested
             // in reaper-agent and by the lineage scenario, whose heartbeats
             // carry the stand-ins' own times; here it is widened past them.
-            env: &[("DS_REAPER__RECONCILE__CLOCK_SKEW_TOLERANCE", "1000days")],
+            env: &[("DS_REAPER__RECONCILE__CLOCK_SKEW_TOLERANCE", "10000days")],
             patience: WAIT,
         })?;
         Ok(AgentProcess { process, dir })

@@ -288,7 +288,7 @@ listen = "127.0.0.1:{port}"
 # pid they carry was started (a real worker's JVM starts before it): the
 # agent's start-time check of its JVM is widened past that (simulation only).
 [reconcile]
-clock_skew_tolerance = "1000days"
+clock_skew_tolerance = "10000days"
 [log]
 format = "json"
 level = "info"
