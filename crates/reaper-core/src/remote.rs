@@ -59,11 +59,12 @@ pub struct RemoteApp {
     #[serde(default)]
     pub final_status: Option<String>,
     /// The RM's `startedTime` (epoch ms), when it said: whether the
-    /// application can be the task's own (SPEC §17).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// application can be the task's own (SPEC §17). Judged on, not shown:
+    /// the views keep SPEC §17's `{"id", "state", "final_status"}`.
+    #[serde(default, skip_serializing)]
     pub started_time: Option<i64>,
     /// The RM's `user`, when it said.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing)]
     pub user: Option<String>,
 }
 

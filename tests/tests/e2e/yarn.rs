@@ -607,11 +607,38 @@ async fn a_standby_rms_redirect_is_followed_to_the_active_for_state_and_kill() -
     assert_eq!(db.task_state(task).await?.state, 1);
     d.terminate().await?;
 
-    // Only the standby named: the state and the kill both go through its
-    // redirect; the task is written only once the application is KILLED.
-    let kill_cfg = format!(
+    // Only the standby named: its redirect leads to an RM the configuration
+    // does not name, which is never followed (SPEC §17: anything could
+    // answer there) — the state is unknown, the task held, nothing killed.
+    let lone_cfg = format!(
         "[policy]\nworker_lost = \"fail\"\nkill_remote_apps = true\n\n[yarn]\nresource_managers = [\"{}\"]\ntimeout = \"5s\"\n",
         standby.url
+    );
+    let mut l = Daemon::start(db.url(), &root, &lone_cfg).await?;
+    std::fs::write(l.dir.path().join("remote-apps.jsonl"), &ids)?;
+    l.crash_and_restart(&[]).await?;
+    l.wait_ready().await?;
+    wait_until(
+        "held: the standby's redirect leads outside resource_managers",
+        || async {
+            let zs = l.json("/api/v1/zombies").await?;
+            Ok(zs["zombies"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|z| z["task_id"] == task && z["note"] == "remote_app_unknown"))
+        },
+    )
+    .await?;
+    assert_eq!(db.task_state(task).await?.state, 1);
+    assert_eq!(active.state(&app).await?, "ACCEPTED");
+    l.terminate().await?;
+
+    // Both named, the standby first: the state and the kill both go through
+    // its redirect; the task is written only once the application is KILLED.
+    let kill_cfg = format!(
+        "[policy]\nworker_lost = \"fail\"\nkill_remote_apps = true\n\n[yarn]\nresource_managers = [\"{}\", \"{}\"]\ntimeout = \"5s\"\n",
+        standby.url, active.url
     );
     let mut k = Daemon::start(db.url(), &root, &kill_cfg).await?;
     std::fs::write(k.dir.path().join("remote-apps.jsonl"), &ids)?;
