@@ -1767,6 +1767,11 @@ pub fn report(o: &SoakOutcome) -> String {
         let _ = writeln!(s, "  {}", w.what);
     }
     let _ = writeln!(s, "wrong writes: {}", v.wrong.len());
+    let _ = writeln!(
+        s,
+        "wrong kills: {} (of the wrong writes above)",
+        v.wrong_kills
+    );
     for w in &v.wrong {
         let _ = writeln!(s, "  WRONG: {}", w.what);
         for l in &w.history {

@@ -211,6 +211,9 @@ pub struct Verdict {
     /// Dead tasks whose bound had not passed when the run ended.
     pub pending: u64,
     pub ghosts_killed: u64,
+    /// Of `wrong`: kills of a process whose task row was live (the worst
+    /// bug beside a wrong write).
+    pub wrong_kills: u64,
     pub ghost_misses: Vec<Miss>,
     pub commands: u64,
     pub daemon_row_writes: u64,
@@ -556,6 +559,7 @@ pub fn judge(h: &History) -> Verdict {
                 .iter()
                 .any(|r| r.table == "task" && r.id == t.id && is_daemon(&r.writer) && r.ts <= e.ts);
         if !over {
+            v.wrong_kills += 1;
             v.wrong.push(WrongWrite {
                 ts: e.ts,
                 what: format!(
@@ -871,6 +875,7 @@ mod tests {
         let v = judge(&h);
         assert_eq!(v.wrong.len(), 1);
         assert!(v.wrong[0].what.contains("task 2"));
+        assert_eq!(v.wrong_kills, 1);
         assert_eq!(v.ghosts_killed, 1);
         assert!(v.ghost_misses.is_empty());
     }
