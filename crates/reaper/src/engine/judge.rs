@@ -155,7 +155,6 @@ impl Engine {
             policy.startup_settle = std::time::Duration::ZERO;
         }
         let mut budget = Budget::for_sweep(memory, &policy, now).held(hold);
-        let evidence = read.remote.evidence(self.settings.policy.kill_remote_apps);
         let plan = plan_within(
             view,
             &read.candidates,
@@ -163,7 +162,7 @@ impl Engine {
             &policy,
             memory,
             &mut budget,
-            &evidence,
+            &read.remote.evidence,
         );
         let anomalies = plan_task_anomalies(
             view,
@@ -225,11 +224,11 @@ impl Engine {
         budget: &mut Budget,
     ) -> (Option<Ghosts>, Option<Vec<reaper_core::ports::OrderNode>>) {
         let kill = self.settings.policy.kill_remote_apps;
-        let evidence = remote.evidence(kill);
+        let evidence = &remote.evidence;
         let (mut ghosts, memory, orders) = match listed {
             Some(listed) => {
                 let (mut g, m) = self.plan_ghost_step(st, &listed, view, now, line, mode, budget);
-                remote.on_ghosts(&mut g, &evidence);
+                remote.on_ghosts(&mut g, evidence);
                 (g, Some(m), listed.orders)
             }
             None => (Vec::new(), None, None),
@@ -239,7 +238,7 @@ impl Engine {
             if mode == Mode::Check {
                 policy.startup_settle = std::time::Duration::ZERO;
             }
-            let tasks = remote.over_tasks(&evidence);
+            let tasks = remote.over_tasks(evidence);
             ghosts.extend(reaper_core::ghost::plan_ghost_apps(
                 &tasks,
                 valid_since,

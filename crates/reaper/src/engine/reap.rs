@@ -244,9 +244,7 @@ impl Engine {
                 None,
             )
             .await;
-        answers
-            .evidence(self.settings.policy.kill_remote_apps)
-            .judge(&mut zombie);
+        answers.evidence.judge(&mut zombie);
         if let reaper_core::Disposition::Blocked(b) = &zombie.disposition {
             let ids: Vec<&str> = zombie
                 .evidence

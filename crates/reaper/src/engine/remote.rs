@@ -46,6 +46,8 @@ pub(super) struct Answers {
     /// Rows read over of tasks no agent lists whose applications may still
     /// run (SPEC §17, ghost applications), with the host that reported them.
     pub over: Vec<(reaper_core::ghost::GhostRow, String)>,
+    /// What the planners judge by, made once when the answers are in.
+    pub evidence: RemoteEvidence,
 }
 
 impl Answers {
@@ -66,7 +68,7 @@ impl Answers {
 
     /// The evidence the task planner holds tasks by: each task's own
     /// applications (SPEC §17), the others as foreign ids.
-    pub fn evidence(&self, kill: bool) -> RemoteEvidence {
+    fn build_evidence(&self, kill: bool) -> RemoteEvidence {
         let mut owners: BTreeMap<&str, usize> = BTreeMap::new();
         for id in self.by_task.values().flatten() {
             *owners.entry(id.as_str()).or_default() += 1;
@@ -240,6 +242,7 @@ impl Engine {
         if self.settings.yarn.require_ids {
             answers.ids_unknown = ids_unknown(candidates, &answers.by_task, view);
         }
+        answers.evidence = answers.build_evidence(self.settings.policy.kill_remote_apps);
         answers
     }
 
