@@ -350,17 +350,24 @@ async fn auto_refuses_several_candidates() {
 }
 
 /// After its session expires the agent builds a new one and creates its
-/// node again (owned by the new session), and goes on publishing.
+/// node again (owned by the new session), and goes on publishing. The
+/// expiry is a real one: the agent talks to ZooKeeper through a proxy that
+/// is cut for longer than the session timeout, so the server expires the
+/// session and the client learns it when it reconnects. (Attaching a second
+/// client to the agent's session raced the agent's own reconnects and
+/// failed on a loaded machine.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_node_is_created_again_after_a_session_expiry() {
     let Some(zk) = shared_zk().await else { return };
+    let upstream = zk.split(',').next().unwrap_or(&zk).to_string();
+    let proxy = ds_sim::proxy::Proxy::start(&upstream).await.unwrap();
     let root = unique_root();
     let base = ExecBase::new().unwrap();
     let _t = base.start(DsLine::V3_2, 7, 8).unwrap();
-    let s = settings(&zk, &root, base.path(), Some("w1:1234"));
+    let s = settings(&proxy.addr(), &root, base.path(), Some("w1:1234"));
     let cancel = CancellationToken::new();
     let publisher = Arc::new(ZkAgentPublisher::start(
-        target(&zk, &root),
+        target(&proxy.addr(), &root),
         &s.path,
         cancel.child_token(),
     ));
@@ -376,21 +383,13 @@ async fn the_node_is_created_again_after_a_session_expiry() {
     let session = publisher.session().expect("a session");
     assert_eq!(stat.ephemeral_owner, session.id().0);
 
-    // expire the agent's session from outside: attach to it, then close it
-    // (the agent's client may win the connection back during the handshake:
-    // try again)
-    let mut thief = None;
-    for _ in 0..10 {
-        let attach = zk::Client::connector()
-            .with_session(session.clone())
-            .with_session_timeout(Duration::from_secs(10))
-            .connect(&zk);
-        if let Ok(Ok(c)) = tokio::time::timeout(Duration::from_secs(3), attach).await {
-            thief = Some(c);
-            break;
-        }
-    }
-    drop(thief.expect("attaching to the agent's session"));
+    // the partition: the server expires the session and drops its node
+    proxy.down();
+    wait_until("the server expired the agent's session", || async {
+        report(&c, &node).await.is_none()
+    })
+    .await;
+    proxy.up();
     wait_until("the expiry noticed", || async {
         publisher.expirations() >= 1
     })
