@@ -15,7 +15,6 @@ use reaper_zk::ZkAgentPublisher;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-use zookeeper_client as zk;
 
 fn pids_of(r: &reaper_core::agent::AgentReport, task: i64) -> Option<Vec<i32>> {
     r.tasks
