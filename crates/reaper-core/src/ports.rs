@@ -270,6 +270,18 @@ pub trait TaskStore: Send + Sync {
         })
     }
 
+    /// The tenant code of each of `workflow_ids` where DS keeps one (SPEC
+    /// §17: an application another user runs is not the task's own); a
+    /// workflow whose tenant is unknown is absent. A store that cannot tell
+    /// answers empty: an unknown tenant makes no application foreign.
+    fn tenants<'a>(
+        &'a self,
+        _line: DsLine,
+        _workflow_ids: &'a [i64],
+    ) -> BoxFuture<'a, Result<std::collections::BTreeMap<i64, String>, PortError>> {
+        Box::pin(async { Ok(std::collections::BTreeMap::new()) })
+    }
+
     /// `recover` for `workflow_master_lost`: DS's own master-failover rows
     /// for the line, in one transaction, conditional on the state and host
     /// seen, never with a second queued command, and only while no live

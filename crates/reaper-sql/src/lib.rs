@@ -75,6 +75,7 @@ mod settings;
 mod sql;
 mod stmt;
 mod store;
+mod tenant;
 mod workflow;
 mod write;
 

@@ -12,6 +12,8 @@ pub(crate) const TASK: &str = "t_ds_task_instance";
 pub(crate) const COMMAND: &str = "t_ds_command";
 pub(crate) const WORKER_GROUP: &str = "t_ds_worker_group";
 pub(crate) const SCHEDULES: &str = "t_ds_schedules";
+/// Tenants by id (1.x–3.1 workflow instances name theirs by `tenant_id`).
+pub(crate) const TENANT: &str = "t_ds_tenant";
 
 /// The tables whose columns the adapter learns.
 pub(crate) const LEARNED_TABLES: &[&str] = &[
@@ -23,6 +25,7 @@ pub(crate) const LEARNED_TABLES: &[&str] = &[
     "t_ds_relation_process_instance",
     "t_ds_relation_workflow_instance",
     crate::anomaly::SERIAL_COMMAND,
+    TENANT,
 ];
 
 /// The line's parent-child relation of workflow instances: which child

@@ -213,6 +213,14 @@ impl TaskStore for SqlStore {
         Box::pin(async move { Ok(self.db.ghost_rows(line, ids).await?) })
     }
 
+    fn tenants<'a>(
+        &'a self,
+        line: DsLine,
+        workflow_ids: &'a [i64],
+    ) -> BoxFuture<'a, Result<std::collections::BTreeMap<i64, String>, PortError>> {
+        Box::pin(async move { Ok(self.db.tenants(line, workflow_ids).await?) })
+    }
+
     fn anomaly_rows(&self, line: DsLine) -> BoxFuture<'_, Result<AnomalyRows, PortError>> {
         Box::pin(async move {
             let serial = self.db.serial_waits(line).await?;
