@@ -51,6 +51,9 @@ pub struct MemStore {
     ends: Mutex<BTreeMap<i64, Instant>>,
     /// Workflows a follow-up or recover queued a command for.
     queued: Mutex<BTreeSet<i64>>,
+    /// Workflow instances' tenants, and each tenant read's ids.
+    tenants: Mutex<BTreeMap<i64, String>>,
+    tenant_reads: Mutex<Vec<Vec<i64>>>,
 }
 
 impl MemStore {
@@ -67,6 +70,8 @@ impl MemStore {
             workflow_fault: Mutex::new(None),
             ends: Mutex::new(BTreeMap::new()),
             queued: Mutex::new(BTreeSet::new()),
+            tenants: Mutex::new(BTreeMap::new()),
+            tenant_reads: Mutex::new(Vec::new()),
         })
     }
 
@@ -104,6 +109,16 @@ impl MemStore {
         if let Some(r) = lock(&self.rows).get_mut(&id) {
             r.task.state = state;
         }
+    }
+
+    /// The workflow instance `wf` runs as `tenant` (SPEC §17).
+    pub fn set_tenant(&self, wf: i64, tenant: &str) {
+        lock(&self.tenants).insert(wf, tenant.to_string());
+    }
+
+    /// The workflow ids of each tenant read so far.
+    pub fn tenant_reads(&self) -> Vec<Vec<i64>> {
+        lock(&self.tenant_reads).clone()
     }
 
     pub fn calls(&self) -> Vec<StoreCall> {
@@ -321,6 +336,21 @@ impl TaskStore for MemStore {
                     .collect(),
                 undecodable: Vec::new(),
             })
+        })
+    }
+
+    fn tenants<'a>(
+        &'a self,
+        _line: DsLine,
+        workflow_ids: &'a [i64],
+    ) -> BoxFuture<'a, Result<BTreeMap<i64, String>, PortError>> {
+        Box::pin(async move {
+            lock(&self.tenant_reads).push(workflow_ids.to_vec());
+            let t = lock(&self.tenants);
+            Ok(workflow_ids
+                .iter()
+                .filter_map(|w| Some((*w, t.get(w)?.clone())))
+                .collect())
         })
     }
 
@@ -614,6 +644,7 @@ impl Clock for TokioClock {
 pub struct MemRm {
     apps: Mutex<BTreeMap<String, String>>,
     started: Mutex<BTreeMap<String, i64>>,
+    users: Mutex<BTreeMap<String, String>>,
     silent: AtomicBool,
     kill_takes: Mutex<std::time::Duration>,
     asked: Mutex<Vec<String>>,
@@ -633,6 +664,11 @@ impl MemRm {
     /// The RM says the application started at `ms` (epoch ms).
     pub fn started(&self, id: &str, ms: i64) {
         lock(&self.started).insert(id.to_string(), ms);
+    }
+
+    /// The RM says `user` runs the application.
+    pub fn user(&self, id: &str, user: &str) {
+        lock(&self.users).insert(id.to_string(), user.to_string());
     }
 
     /// From now on every call waits forever.
@@ -673,6 +709,7 @@ impl reaper_core::ports::ResourceManager for MemRm {
                 app: reaper_core::remote::RemoteApp {
                     state,
                     started_time: lock(&self.started).get(id).copied(),
+                    user: lock(&self.users).get(id).cloned(),
                     ..reaper_core::remote::RemoteApp::unknown(id)
                 },
                 unknown_why,

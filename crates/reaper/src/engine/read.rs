@@ -69,7 +69,7 @@ impl Engine {
         let anomaly_rows = self.anomaly_rows(line, mode).await?;
         let view = self.registry.view();
         let remote = self
-            .read_remote_apps(&candidates, &view, true, full.then_some(line))
+            .read_remote_apps(&candidates, &view, true, line, full)
             .await;
         Ok(Read {
             line,

@@ -241,7 +241,8 @@ impl Engine {
                 std::slice::from_ref(&zombie.task),
                 &self.view(),
                 false,
-                None,
+                p.line,
+                false,
             )
             .await;
         answers.evidence.judge(&mut zombie);

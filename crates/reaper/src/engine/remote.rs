@@ -21,6 +21,8 @@ use std::time::Duration;
 
 use crate::metrics::REMOTE_APP_STATES;
 
+mod tenants;
+
 /// Applications asked about per sweep at most; the rest count as unknown
 /// (their tasks hold) until a later sweep.
 const MAX_ASKED: usize = 500;
@@ -40,6 +42,9 @@ pub(super) struct Answers {
     pub apps: BTreeMap<String, RemoteApp>,
     /// Each live row's `start_time`: whether an application is its own.
     starts: BTreeMap<i64, Option<reaper_core::Instant>>,
+    /// Each such row's workflow instance, and the tenants read for them.
+    workflows: BTreeMap<i64, i64>,
+    tenants: BTreeMap<i64, String>,
     /// YARN tasks whose host's agent reads no application-id source.
     ids_unknown: BTreeSet<i64>,
     skew: Duration,
@@ -80,10 +85,11 @@ impl Answers {
         };
         for task in self.by_task.keys() {
             let start = self.starts.get(task).copied().flatten();
+            let tenant = self.tenant(*task);
             let (own, foreign): (Vec<RemoteApp>, Vec<RemoteApp>) =
                 self.of(*task).into_iter().partition(|a| {
                     let shared = owners.get(a.id.as_str()).is_some_and(|n| *n > 1);
-                    !is_foreign(a, start, None, self.skew, shared)
+                    !is_foreign(a, start, tenant, self.skew, shared)
                 });
             if !foreign.is_empty() {
                 ev.foreign
@@ -199,7 +205,8 @@ impl Engine {
         candidates: &[Candidate],
         view: &RegistryView,
         with_listed: bool,
-        over_of: Option<reaper_core::DsLine>,
+        line: reaper_core::DsLine,
+        read_over: bool,
     ) -> Answers {
         let mut answers = Answers::default();
         let (Some(rm), Some(known)) = (&self.rm, &self.known_apps) else {
@@ -225,7 +232,7 @@ impl Engine {
                 unlisted.insert(task, ids);
             }
         }
-        if let Some(line) = over_of {
+        if read_over {
             self.read_over(line, unlisted, &mut answers).await;
         }
         answers.apps = self
@@ -233,12 +240,16 @@ impl Engine {
             .await;
         answers.skew = self.settings.reconcile.clock_skew_tolerance;
         self.remember_final(&answers);
-        answers.starts.extend(
-            candidates
-                .iter()
-                .filter(|c| answers.by_task.contains_key(&c.id))
-                .map(|c| (c.id, c.start_time)),
-        );
+        for c in candidates
+            .iter()
+            .filter(|c| answers.by_task.contains_key(&c.id))
+        {
+            answers.starts.insert(c.id, c.start_time);
+            if let Some(wf) = c.workflow_instance_id {
+                answers.workflows.insert(c.id, wf);
+            }
+        }
+        answers.tenants = self.read_tenants(line, &answers.workflows).await;
         if self.settings.yarn.require_ids {
             answers.ids_unknown = ids_unknown(candidates, &answers.by_task, view);
         }
@@ -279,6 +290,9 @@ impl Engine {
             if let Some(apps) = unlisted.get(&row.task.id) {
                 answers.by_task.insert(row.task.id, apps.clone());
                 answers.starts.insert(row.task.id, row.task.start_time);
+                if let Some(wf) = row.task.workflow_instance_id {
+                    answers.workflows.insert(row.task.id, wf);
+                }
                 answers.over.push((row, host));
             }
         }

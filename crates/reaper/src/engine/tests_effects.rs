@@ -375,3 +375,36 @@ async fn an_over_rows_live_application_is_a_ghost_and_killed_only_with_kill_remo
         );
     }
 }
+
+/// SPEC §17, "its `user` is the row's tenant where both are known": the
+/// task's workflow runs as `etl` (read once per sweep, for the workflows of
+/// tasks with ids only); an application the RM says `bi` runs is foreign,
+/// never killed nor holding, one `etl` runs is the task's own and killed.
+#[tokio::test(start_paused = true)]
+async fn an_application_another_user_runs_is_foreign_where_the_tenant_is_known() {
+    for (user, own) in [("bi", false), ("ETL", true)] {
+        let r = rig(&[("application_1_1", "RUNNING")], |s| {
+            s.policy.kill_remote_apps = true;
+        });
+        r.rm.started("application_1_1", t0().timestamp_millis());
+        r.rm.user("application_1_1", user);
+        r.store.set_tenant(101, "etl");
+        r.lose_w1().await;
+        let s = r.engine.sweep(Trigger::Tick).await;
+        assert_eq!(s.actions, 2, "{user}: {s:?}");
+        // task 1 (workflow 101) has ids, task 2 (102) none
+        assert_eq!(r.store.tenant_reads(), vec![vec![101]]);
+        let z = r.zombie(1);
+        if own {
+            assert_eq!(r.rm.killed(), vec!["application_1_1".to_string()]);
+            assert!(z.evidence.foreign_app_ids.is_empty());
+        } else {
+            assert!(r.rm.killed().is_empty(), "another user's: never killed");
+            assert_eq!(
+                z.evidence.foreign_app_ids,
+                vec!["application_1_1".to_string()]
+            );
+            assert!(z.evidence.remote_apps.is_empty());
+        }
+    }
+}
