@@ -5,7 +5,11 @@
 # applications run is held, the ids survive a daemon restart, an RM that is down holds, and with
 # kill_remote_apps the applications end KILLED before the task row is written; and an RM HA pair
 # (two JVMs, one ResourceManager each, the elector on the dev ZooKeeper under the test's own root)
-# whose standby's real 307 ds-reaper follows for the state and the kill.
+# whose standby's real 307 ds-reaper follows for the state and the kill; and (yarn::evidence)
+# which applications are a task's own: one started before the task, one another task names and
+# one another user runs (submitted as `bi`) are never killed, the own one is, its audited `done`
+# after the RM's finishedTime; a host whose agent reads no id source holds; an over row's
+# running application is a ghost application, killed only with kill_remote_apps.
 #   scripts/yarn.sh            (needs the dev services: bash deploy/dev/services.sh start)
 # HADOOP_VERSION (default 3.3.6) and YARN_CACHE pass through to tests/yarn/launch.sh. A missing
 # JDK or Maven fails the run (never a skip).

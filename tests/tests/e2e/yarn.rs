@@ -15,6 +15,11 @@ use reaper_e2e::*;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
+/// Items 7-10 of issue 39 (foreign, shared and another user's applications;
+/// a host that reads no id source; ghost applications; the kill's outcome
+/// after the RM's final state) on the same cluster helpers.
+mod evidence;
+
 const WORKER: &str = "10.0.0.11:1234";
 
 fn sql_now() -> String {
@@ -130,13 +135,31 @@ impl MiniYarn {
         answer(&mut self.out, "app ").await
     }
 
+    /// Submits an application as `user` (simple auth: the RM's `user` of
+    /// the application); its id.
+    async fn submit_as(&mut self, user: &str, name: &str) -> anyhow::Result<String> {
+        self.stdin
+            .write_all(format!("submit-as {user} {name}\n").as_bytes())
+            .await?;
+        self.stdin.flush().await?;
+        answer(&mut self.out, "app ").await
+    }
+
     /// The RM's state of `id`, over its REST API.
     async fn state(&self, id: &str) -> anyhow::Result<String> {
+        Ok(self.app(id).await?["state"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string())
+    }
+
+    /// The RM's whole answer about `id` (`GET /ws/v1/cluster/apps/<id>`'s `app`).
+    async fn app(&self, id: &str) -> anyhow::Result<serde_json::Value> {
         let v: serde_json::Value = reqwest::get(format!("{}/ws/v1/cluster/apps/{id}", self.url))
             .await?
             .json()
             .await?;
-        Ok(v["app"]["state"].as_str().unwrap_or_default().to_string())
+        Ok(v["app"].clone())
     }
 
     /// The RM's HA state (`/ws/v1/cluster/info`, which a standby answers itself).

@@ -7,6 +7,9 @@
 //                   and then only heartbeats: RUNNING until killed (without a
 //                   NodeManager, as in the HA mode, an AM that only sleeps:
 //                   ACCEPTED until killed); prints "app <id>"
+//   submit-as <user> <name>
+//                   the same, submitted as <user> (simple auth: the RM takes
+//                   the caller's name, so the application's user is <user>)
 //   state <id>      prints "state <id> <YARN state>"
 //   quit            stops the cluster
 // With the arguments "ha <rm-id> <conf file>" it starts instead one
@@ -187,6 +190,20 @@ public class YarnLauncher {
         }
     }
 
+    static ApplicationId submit(YarnClient client, String name, java.util.List<String> amCommand) throws Exception {
+        YarnClientApplication app = client.createApplication();
+        ApplicationSubmissionContext ctx = app.getApplicationSubmissionContext();
+        ctx.setApplicationName(name);
+        ctx.setApplicationType("SPARK");
+        ctx.setMaxAppAttempts(1);
+        ContainerLaunchContext am = ContainerLaunchContext.newInstance(
+                Collections.emptyMap(), Collections.emptyMap(),
+                amCommand, null, null, null);
+        ctx.setAMContainerSpec(am);
+        ctx.setResource(Resource.newInstance(128, 1));
+        return client.submitApplication(ctx);
+    }
+
     /** The stdin commands, until "quit" or the end of stdin. */
     static void serve(YarnClient client, java.util.List<String> amCommand) throws Exception {
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
@@ -195,17 +212,21 @@ public class YarnLauncher {
             String[] w = line.trim().split("\\s+");
             try {
                 if (w[0].equals("submit")) {
-                    YarnClientApplication app = client.createApplication();
-                    ApplicationSubmissionContext ctx = app.getApplicationSubmissionContext();
-                    ctx.setApplicationName(w.length > 1 ? w[1] : "ds-reaper-test");
-                    ctx.setApplicationType("SPARK");
-                    ctx.setMaxAppAttempts(1);
-                    ContainerLaunchContext am = ContainerLaunchContext.newInstance(
-                            Collections.emptyMap(), Collections.emptyMap(),
-                            amCommand, null, null, null);
-                    ctx.setAMContainerSpec(am);
-                    ctx.setResource(Resource.newInstance(128, 1));
-                    ApplicationId id = client.submitApplication(ctx);
+                    System.out.println("app " + submit(client, w.length > 1 ? w[1] : "ds-reaper-test", amCommand));
+                } else if (w[0].equals("submit-as") && w.length > 2) {
+                    // a client of the user's own: an RPC proxy keeps the user it was made by
+                    String name = w[2];
+                    ApplicationId id = org.apache.hadoop.security.UserGroupInformation.createRemoteUser(w[1])
+                            .doAs((java.security.PrivilegedExceptionAction<ApplicationId>) () -> {
+                                YarnClient as = YarnClient.createYarnClient();
+                                as.init(new YarnConfiguration(client.getConfig()));
+                                as.start();
+                                try {
+                                    return submit(as, name, amCommand);
+                                } finally {
+                                    as.stop();
+                                }
+                            });
                     System.out.println("app " + id);
                 } else if (w[0].equals("state")) {
                     ApplicationId id = ApplicationId.fromString(w[1]);
