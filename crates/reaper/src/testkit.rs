@@ -647,6 +647,7 @@ pub struct MemRm {
     users: Mutex<BTreeMap<String, String>>,
     silent: AtomicBool,
     kill_takes: Mutex<std::time::Duration>,
+    kill_ignored: AtomicBool,
     asked: Mutex<Vec<String>>,
     killed: Mutex<Vec<String>>,
 }
@@ -679,6 +680,12 @@ impl MemRm {
     /// A kill completes (the application then reads KILLED) after `d`.
     pub fn kill_takes(&self, d: std::time::Duration) {
         *lock(&self.kill_takes) = d;
+    }
+
+    /// From now on a kill is accepted (200) but the application keeps the
+    /// state it had, as an RM whose kill did not take does.
+    pub fn ignore_kills(&self) {
+        self.kill_ignored.store(true, Ordering::SeqCst);
     }
 
     pub fn asked(&self) -> Vec<String> {
@@ -723,7 +730,9 @@ impl reaper_core::ports::ResourceManager for MemRm {
             let takes = *lock(&self.kill_takes);
             tokio::time::sleep(takes).await;
             lock(&self.killed).push(id.to_string());
-            lock(&self.apps).insert(id.to_string(), "KILLED".into());
+            if !self.kill_ignored.load(Ordering::SeqCst) {
+                lock(&self.apps).insert(id.to_string(), "KILLED".into());
+            }
             Ok(())
         })
     }

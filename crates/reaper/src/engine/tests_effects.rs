@@ -184,6 +184,41 @@ async fn a_live_application_is_killed_before_its_tasks_write_in_the_same_pass() 
     assert_eq!(r.skipped("stale_judgement"), 0);
 }
 
+/// SPEC §17: a kill is `done` only when a read after it shows the
+/// application final. An RM that accepts the kill while the application
+/// keeps running gets an `error`, and the task stays unwritten.
+#[tokio::test(start_paused = true)]
+async fn a_kill_the_rm_accepts_but_that_does_not_take_is_an_error_and_holds_its_task() {
+    let r = rig(&[("application_1_1", "RUNNING")], |s| {
+        s.policy.kill_remote_apps = true;
+    });
+    r.rm.ignore_kills();
+    r.lose_w1().await;
+    let s = r.engine.sweep(Trigger::Tick).await;
+    assert_eq!(r.rm.killed(), vec!["application_1_1".to_string()]);
+    let kill = r
+        .audit()
+        .into_iter()
+        .filter(|a| a.kind == Some(RecordKind::RemoteApp))
+        .collect::<Vec<_>>();
+    assert_eq!(
+        kill.iter().map(|a| a.event).collect::<Vec<_>>(),
+        vec![AuditEvent::Intent, AuditEvent::Error]
+    );
+    let detail = kill[1].detail.clone().unwrap_or_default();
+    assert!(
+        detail.contains("accepted the kill") && detail.contains("RUNNING"),
+        "{detail}"
+    );
+    assert_eq!(
+        r.store.state(1),
+        Some(1),
+        "its application runs: not written"
+    );
+    assert_eq!(r.store.state(2), Some(6), "the other zombie is written");
+    assert_eq!(s.actions, 1, "{s:?}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn check_finds_what_one_sweep_judges_and_writes_nothing() {
     let r = rig(&[("application_1_1", "FINISHED")], |s| {
