@@ -46,6 +46,12 @@ pub(super) struct Judgement {
     /// The ghosts and the ghost memory to keep; None when the listed tasks
     /// could not be read (no ghost judged).
     pub ghosts: Option<Ghosts>,
+    /// How many of `ghosts` were judged this sweep; the rest are the last
+    /// full scan's ghost applications, shown but never acted on.
+    pub fresh_ghosts: usize,
+    /// The ghost applications judged this sweep; None when their rows were
+    /// not read (an incremental sweep).
+    pub ghost_apps: Option<Arc<Vec<Ghost>>>,
     /// The outstanding kill orders; None when they could not be read.
     pub orders: Option<Vec<reaper_core::ports::OrderNode>>,
     pub anomalies: AnomalyReport,
@@ -97,7 +103,7 @@ impl Engine {
             &mut budget,
             &mut anomalies,
         );
-        let (ghosts, orders) =
+        let planned =
             self.plan_all_ghosts(st, listed, &remote, &view, now, line, mode, &mut budget);
         Ok(Judgement {
             line,
@@ -121,8 +127,10 @@ impl Engine {
             zombies: Arc::new(plan.zombies),
             workflows: Arc::new(findings),
             workflow_ids,
-            ghosts,
-            orders,
+            ghosts: planned.ghosts,
+            fresh_ghosts: planned.fresh,
+            ghost_apps: planned.apps,
+            orders: planned.orders,
             anomalies,
             remote,
             view,
@@ -222,7 +230,7 @@ impl Engine {
         line: DsLine,
         mode: Mode,
         budget: &mut Budget,
-    ) -> (Option<Ghosts>, Option<Vec<reaper_core::ports::OrderNode>>) {
+    ) -> PlannedGhosts {
         let kill = self.settings.policy.kill_remote_apps;
         let evidence = &remote.evidence;
         let (mut ghosts, memory, orders) = match listed {
@@ -233,27 +241,54 @@ impl Engine {
             }
             None => (Vec::new(), None, None),
         };
-        if let Some(valid_since) = view.valid_since() {
-            let mut policy = self.settings.ghost_policy(line);
-            if mode == Mode::Check {
-                policy.startup_settle = std::time::Duration::ZERO;
+        let apps = match view.valid_since() {
+            Some(valid_since) if remote.over_read => {
+                let mut policy = self.settings.ghost_policy(line);
+                if mode == Mode::Check {
+                    policy.startup_settle = std::time::Duration::ZERO;
+                }
+                let tasks = remote.over_tasks(evidence);
+                Some(Arc::new(reaper_core::ghost::plan_ghost_apps(
+                    &tasks,
+                    valid_since,
+                    now,
+                    &policy,
+                    kill,
+                    budget,
+                )))
             }
-            let tasks = remote.over_tasks(evidence);
-            ghosts.extend(reaper_core::ghost::plan_ghost_apps(
-                &tasks,
-                valid_since,
-                now,
-                &policy,
-                kill,
-                budget,
-            ));
+            _ => None,
+        };
+        ghosts.extend(apps.iter().flat_map(|a| a.iter().cloned()));
+        let fresh = ghosts.len();
+        if apps.is_none() {
+            // an incremental sweep: the last full scan's ghost applications
+            // stand (without them /api/v1/ghosts, the gauge and the
+            // `detected` records would flap at every full scan)
+            ghosts.extend(st.ghost_apps.iter().cloned());
         }
-        if memory.is_none() && ghosts.is_empty() {
-            return (None, orders);
+        let ghosts = if memory.is_none() && ghosts.is_empty() {
+            None
+        } else {
+            let memory = memory.unwrap_or_else(|| st.ghosts.memory.clone());
+            Some((Arc::new(ghosts), memory))
+        };
+        PlannedGhosts {
+            ghosts,
+            fresh,
+            apps,
+            orders,
         }
-        let memory = memory.unwrap_or_else(|| st.ghosts.memory.clone());
-        (Some((Arc::new(ghosts), memory)), orders)
     }
+}
+
+/// The ghost planners' result: the ghosts to show (the first `fresh` judged
+/// this sweep), the ghost applications judged this sweep, the orders read.
+struct PlannedGhosts {
+    ghosts: Option<Ghosts>,
+    fresh: usize,
+    apps: Option<Arc<Vec<Ghost>>>,
+    orders: Option<Vec<reaper_core::ports::OrderNode>>,
 }
 
 /// Why nothing is judged on an invalid view.
@@ -319,7 +354,7 @@ impl Judgement {
         for ghost in self
             .ghosts
             .iter()
-            .flat_map(|(g, _)| g.iter())
+            .flat_map(|(g, _)| g.iter().take(self.fresh_ghosts))
             .filter(|g| g.disposition == Disposition::Act)
         {
             // its live applications (SPEC §17), then its processes

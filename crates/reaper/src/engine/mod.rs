@@ -176,6 +176,9 @@ struct SweepState {
     warned_states: Option<DsLine>,
     warned_line: Option<String>,
     ghosts: ghosts::GhostState,
+    /// The ghost applications the last full scan judged: shown (never acted
+    /// on) by the incremental sweeps that do not read their rows.
+    ghost_apps: Arc<Vec<reaper_core::ghost::Ghost>>,
 }
 
 /// The adapters an engine runs on.

@@ -51,6 +51,9 @@ pub(super) struct Answers {
     /// Rows read over of tasks no agent lists whose applications may still
     /// run (SPEC §17, ghost applications), with the host that reported them.
     pub over: Vec<(reaper_core::ghost::GhostRow, String)>,
+    /// Whether those rows were read this sweep (full scans only): when not,
+    /// the last full scan's ghost applications stand.
+    pub over_read: bool,
     /// What the planners judge by, made once when the answers are in.
     pub evidence: RemoteEvidence,
 }
@@ -233,6 +236,7 @@ impl Engine {
             }
         }
         if read_over {
+            answers.over_read = true;
             self.read_over(line, unlisted, &mut answers).await;
         }
         answers.apps = self

@@ -159,6 +159,9 @@ impl Engine {
             .await;
         self.publish_workflows(st, &j.workflows, j.workflow_ids.as_ref(), j.line, j.now)
             .await;
+        if let Some(apps) = &j.ghost_apps {
+            st.ghost_apps = apps.clone();
+        }
         if let Some((ghosts, _)) = &j.ghosts {
             self.publish_ghosts(st, ghosts, j.orders.as_deref(), &j.view, j.line, j.now)
                 .await;

@@ -95,6 +95,34 @@ impl Rig {
             .get()
     }
 
+    /// An agent on `worker` that lists nothing and reads no id source.
+    fn agent_on(&self, worker: &str) {
+        let report = reaper_core::agent::AgentReport {
+            worker: worker.into(),
+            agent_version: "test".into(),
+            seq: 1,
+            scan_started_at: t0().timestamp_millis(),
+            scan_ms: 1,
+            exec_base: "/tmp/ds".into(),
+            unreadable: 0,
+            blind: None,
+            tty_tasks: 0,
+            app_id_sources: Some(vec![]),
+            tasks: vec![],
+            orders: vec![],
+        };
+        let seen = reaper_core::agent::AgentSeen::received(
+            None,
+            Some(report),
+            t0(),
+            false,
+            Duration::from_secs(35),
+        );
+        self.reg.update(|v| {
+            v.agents.insert(worker.into(), seen.into());
+        });
+    }
+
     fn zombie(&self, id: i64) -> Zombie {
         let s = self.engine.status_read();
         s.zombies.iter().find(|z| z.task.id == id).unwrap().clone()
@@ -322,30 +350,7 @@ async fn a_yarn_task_whose_agent_reads_no_id_source_is_held_unless_ids_are_not_r
         let mut t = task(3, "SPARK");
         t.host = Some("w2:1234".into());
         r.store.insert(t);
-        let report = reaper_core::agent::AgentReport {
-            worker: "w2:1234".into(),
-            agent_version: "test".into(),
-            seq: 1,
-            scan_started_at: t0().timestamp_millis(),
-            scan_ms: 1,
-            exec_base: "/tmp/ds".into(),
-            unreadable: 0,
-            blind: None,
-            tty_tasks: 0,
-            app_id_sources: Some(vec![]),
-            tasks: vec![],
-            orders: vec![],
-        };
-        let seen = reaper_core::agent::AgentSeen::received(
-            None,
-            Some(report),
-            t0(),
-            false,
-            Duration::from_secs(35),
-        );
-        r.reg.update(|v| {
-            v.agents.insert("w2:1234".into(), seen.into());
-        });
+        r.agent_on("w2:1234");
         let now = r.engine.now();
         r.reg
             .update(|v| assert!(v.remove(NodeKind::Worker, "w2:1234", now)));
@@ -409,6 +414,53 @@ async fn an_over_rows_live_application_is_a_ghost_and_killed_only_with_kill_remo
             "nothing of DS's is written for it"
         );
     }
+}
+
+/// Ghost applications are judged on full scans only (their rows are read
+/// by id then). The incremental sweeps between keep showing them, with no
+/// new `detected` record, and never act on them: a kill that did not take
+/// is tried again at the next full scan, not at every sweep.
+#[tokio::test(start_paused = true)]
+async fn a_ghost_application_stands_between_full_scans_and_is_acted_on_only_at_one() {
+    let r = rig(&[("application_1_1", "RUNNING")], |s| {
+        s.policy.kill_remote_apps = true;
+        s.reconcile.full_scan_interval = Duration::from_secs(600);
+    });
+    // an agent lists tasks (none): the ghost list is judged every sweep
+    r.agent_on("w2:1234");
+    r.rm.started("application_1_1", t0().timestamp_millis());
+    r.rm.ignore_kills();
+    r.store.finish(1, 8, t0() - chrono::TimeDelta::seconds(300));
+    let shown = |r: &Rig| {
+        r.engine
+            .status_read()
+            .ghosts
+            .iter()
+            .filter(|g| g.task_id == 1)
+            .count()
+    };
+    let detected = |r: &Rig| {
+        r.audit()
+            .iter()
+            .filter(|a| a.event == AuditEvent::Detected && a.task_id == Some(1))
+            .count()
+    };
+    r.engine.sweep(Trigger::Tick).await;
+    assert_eq!((shown(&r), detected(&r)), (1, 1));
+    assert_eq!(r.rm.killed().len(), 1);
+    for _ in 0..3 {
+        tokio::time::advance(Duration::from_secs(30)).await;
+        let s = r.engine.sweep(Trigger::Tick).await;
+        assert_eq!(s.kind, "incremental", "{s:?}");
+        assert_eq!(shown(&r), 1, "still shown between full scans");
+    }
+    assert_eq!(detected(&r), 1, "detected once, not at every full scan");
+    assert_eq!(r.rm.killed().len(), 1, "never acted on between full scans");
+    tokio::time::advance(Duration::from_secs(600)).await;
+    let s = r.engine.sweep(Trigger::Tick).await;
+    assert_eq!(s.kind, "full", "{s:?}");
+    assert_eq!((shown(&r), detected(&r)), (1, 1));
+    assert_eq!(r.rm.killed().len(), 2, "tried again at the full scan");
 }
 
 /// SPEC §17, "its `user` is the row's tenant where both are known": the
