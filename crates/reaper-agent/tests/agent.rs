@@ -126,6 +126,14 @@ async fn run_publishes_real_task_processes_and_drops_a_killed_one() {
     assert!(r.lists(12) && r.lists(33), "{r:#?}");
     let (code, body) = get(&format!("{http}/readyz")).await;
     assert_eq!(code, 200, "{body}");
+    // the status keeps a report once its publish returned, a moment after
+    // the node changed: wait for that report (or a later one)
+    wait_until("the status shows the published report", || async {
+        let (_, body) = get(&format!("{http}/")).await;
+        let status: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        status["report"]["seq"].as_u64() >= Some(r.seq)
+    })
+    .await;
     let (code, body) = get(&format!("{http}/")).await;
     assert_eq!(code, 200, "{body}");
     let status: serde_json::Value = serde_json::from_str(&body).unwrap();
