@@ -13,6 +13,9 @@ pub(crate) const COMMAND: &str = "t_ds_command";
 pub(crate) const WORKER_GROUP: &str = "t_ds_worker_group";
 pub(crate) const SCHEDULES: &str = "t_ds_schedules";
 
+/// 3.4's queue of serial workflows (`state` 0 waiting, 1 fired).
+pub(crate) const SERIAL_COMMAND: &str = "t_ds_serial_command";
+
 /// The tables whose columns the adapter learns.
 pub(crate) const LEARNED_TABLES: &[&str] = &[
     TASK,
@@ -22,7 +25,7 @@ pub(crate) const LEARNED_TABLES: &[&str] = &[
     SCHEDULES,
     "t_ds_relation_process_instance",
     "t_ds_relation_workflow_instance",
-    crate::anomaly::SERIAL_COMMAND,
+    SERIAL_COMMAND,
 ];
 
 /// The line's parent-child relation of workflow instances: which child
