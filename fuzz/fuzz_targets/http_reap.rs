@@ -18,7 +18,7 @@ fuzz_target!(|input: Input| {
             assert_eq!(Ok(req.task_id), input.id.trim().parse::<i64>());
             assert_ne!(req.action, Some(reaper_core::Action::Report));
         }
-        Err(msg) => assert!(!msg.is_empty()),
+        Err(msg) => assert!(!msg.to_string().is_empty()),
     }
     match reaper::api::audit_limit(Some(&input.id)) {
         Ok(n) => assert_eq!(
@@ -29,6 +29,8 @@ fuzz_target!(|input: Input| {
                 .parse::<usize>()
                 .map(|v| v.min(reaper::api::AUDIT_LIMIT_MAX))
         ),
-        Err(msg) => assert!(input.id.trim().parse::<usize>().is_err() && !msg.is_empty()),
+        Err(msg) => {
+            assert!(input.id.trim().parse::<usize>().is_err() && !msg.to_string().is_empty())
+        }
     }
 });

@@ -1,7 +1,6 @@
 //! The agent's HTTP endpoints on `agent.listen` (SPEC §12): `/healthz`,
 //! `/readyz`, `/metrics`, and `/` with what the agent last published.
 
-use crate::runtime::Shared;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -9,7 +8,22 @@ use axum::routing::get;
 use axum::{Json, Router};
 use std::sync::Arc;
 
-pub(crate) fn router(shared: Arc<Shared>) -> Router {
+/// What the endpoints show. The agent's runtime implements it, so the
+/// endpoints need nothing of the loop behind them.
+pub(crate) trait Endpoints: Send + Sync + 'static {
+    /// Why the agent is not ready, or None.
+    fn not_ready(&self) -> Option<String>;
+    /// One line on what the agent stands for, for `/readyz`.
+    fn summary(&self) -> String;
+    /// The Prometheus exposition, gauges refreshed first.
+    fn metrics_text(&self) -> String;
+    /// What `/` answers.
+    fn status_json(&self) -> serde_json::Value;
+}
+
+type Shared = Arc<dyn Endpoints>;
+
+pub(crate) fn router(shared: Shared) -> Router {
     Router::new()
         .route("/", get(index))
         .route("/healthz", get(|| async { "ok\n" }))
@@ -18,7 +32,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .with_state(shared)
 }
 
-async fn readyz(State(s): State<Arc<Shared>>) -> Response {
+async fn readyz(State(s): State<Shared>) -> Response {
     match s.not_ready() {
         None => (StatusCode::OK, format!("ready: {}\n", s.summary())).into_response(),
         Some(why) => (
@@ -29,18 +43,17 @@ async fn readyz(State(s): State<Arc<Shared>>) -> Response {
     }
 }
 
-async fn metrics(State(s): State<Arc<Shared>>) -> Response {
-    s.refresh_gauges();
+async fn metrics(State(s): State<Shared>) -> Response {
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        s.metrics.render(),
+        s.metrics_text(),
     )
         .into_response()
 }
 
-async fn index(State(s): State<Arc<Shared>>) -> Response {
+async fn index(State(s): State<Shared>) -> Response {
     Json(s.status_json()).into_response()
 }

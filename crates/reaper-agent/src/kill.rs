@@ -156,7 +156,7 @@ pub fn begin(
         .collect();
     let roots = match ordered_now(order, &members, worker_pid, clock, proc) {
         Ok(r) => r,
-        Err(why) => return refuse(why),
+        Err(why) => return refuse(why.to_string()),
     };
     let task = task_now(&roots, &members, worker_pid, clock, proc);
     let tree = tree_of(&task, &roots);
@@ -174,6 +174,27 @@ pub fn begin(
     Begun::Signalled(terminate(order, tree, proc))
 }
 
+/// Why an ordered process refuses the whole order.
+#[derive(Debug, thiserror::Error)]
+enum Refusal {
+    #[error("pid {pid} is the worker's JVM")]
+    WorkerJvm { pid: i32 },
+    #[error("cannot read pid {pid}: {error}")]
+    Unreadable { pid: i32, error: io::Error },
+    #[error(
+        "pid {pid} started at {started}, the order's at {ordered}: another process has the pid now"
+    )]
+    Reused {
+        pid: i32,
+        started: i64,
+        ordered: i64,
+    },
+    #[error("pid {pid} has a controlling terminal")]
+    Terminal { pid: i32 },
+    #[error("pid {pid} does not belong to task {task} any more")]
+    NotTheTask { pid: i32, task: i64 },
+}
+
 /// The ordered processes that still exist, each checked: every one passes
 /// (same start time, no terminal, still the task's, not the worker's JVM)
 /// or the reason the whole order is refused.
@@ -183,34 +204,35 @@ fn ordered_now(
     worker_pid: Option<i64>,
     clock: Clock,
     proc: &mut ProcFs,
-) -> Result<BTreeMap<i32, ProcStat>, String> {
+) -> Result<BTreeMap<i32, ProcStat>, Refusal> {
     let mut roots = BTreeMap::new();
     for p in &order.pids {
         if worker_pid == Some(i64::from(p.pid)) {
-            return Err(format!("pid {} is the worker's JVM", p.pid));
+            return Err(Refusal::WorkerJvm { pid: p.pid });
         }
         let stat = match now(proc, p.pid) {
             Now::Gone => continue,
-            Now::Unreadable(e) => return Err(format!("cannot read pid {}: {e}", p.pid)),
+            Now::Unreadable(error) => return Err(Refusal::Unreadable { pid: p.pid, error }),
             Now::Alive(s) => s,
         };
         let started = clock.ms(stat.start_ticks);
         if !same_start(started, p.start_time) {
-            return Err(format!(
-                "pid {} started at {started}, the order's at {}: another process has the pid now",
-                p.pid, p.start_time
-            ));
+            return Err(Refusal::Reused {
+                pid: p.pid,
+                started,
+                ordered: p.start_time,
+            });
         }
         if stat.tty() {
-            return Err(format!("pid {} has a controlling terminal", p.pid));
+            return Err(Refusal::Terminal { pid: p.pid });
         }
         match members.get(&p.pid) {
             Some(m) if same_start(m.started_at, started) => {}
             _ => {
-                return Err(format!(
-                    "pid {} does not belong to task {} any more",
-                    p.pid, order.task_id
-                ))
+                return Err(Refusal::NotTheTask {
+                    pid: p.pid,
+                    task: order.task_id,
+                })
             }
         }
         roots.insert(p.pid, stat);

@@ -190,8 +190,12 @@ pub enum AgentError {
     },
     #[error("the agent's HTTP server failed: {0}")]
     Http(#[source] std::io::Error),
-    #[error("agent: {0}")]
-    Internal(String),
+    #[error("agent: the HTTP task: {0}")]
+    HttpTask(#[source] tokio::task::JoinError),
+    #[error("agent: the scanner is gone")]
+    ScannerGone,
+    #[error("agent: the scan failed: {0}")]
+    Scan(#[source] tokio::task::JoinError),
 }
 
 impl AgentError {

@@ -6,6 +6,7 @@
 //! database; it signals processes only to carry out the kill orders it lists
 //! after each scan ([`crate::orders`]).
 
+mod endpoints;
 mod worker;
 
 use crate::execpath::ExecPaths;
@@ -260,7 +261,7 @@ impl Agent {
         let served = match tokio::time::timeout(SHUTDOWN_DEADLINE, drain).await {
             Ok(Ok(Ok(()))) => Ok(()),
             Ok(Ok(Err(e))) => Err(AgentError::Http(e)),
-            Ok(Err(e)) => Err(AgentError::Internal(format!("the HTTP task: {e}"))),
+            Ok(Err(e)) => Err(AgentError::HttpTask(e)),
             Err(_) => {
                 tracing::warn!("agent shutdown deadline passed; exiting anyway");
                 Ok(())
@@ -316,7 +317,7 @@ async fn scan_loop(
             return Ok(());
         }
         let Some(s) = scanner.take() else {
-            return Err(AgentError::Internal("the scanner is gone".into()));
+            return Err(AgentError::ScannerGone);
         };
         let worker = identity(settings, shared).await;
         let (s, scan) = scan_once(settings, shared, s, worker.as_deref()).await?;
@@ -417,7 +418,7 @@ async fn scan_once(
         (s, scan)
     })
     .await
-    .map_err(|e| AgentError::Internal(format!("the scan failed: {e}")))
+    .map_err(AgentError::Scan)
 }
 
 /// Keeps the scan for the status and publishes its report, once the agent

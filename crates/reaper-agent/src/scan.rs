@@ -33,7 +33,7 @@ use crate::appids::AppIds;
 use crate::execpath::{ExecPaths, TaskDir, TaskRef};
 use crate::proc::{has, ProcSource, CAP_DAC_READ_SEARCH, CAP_SYS_PTRACE};
 use bounded::Reader;
-pub use jvm::WorkerJvm;
+pub use jvm::{JvmUnseen, WorkerJvm};
 use lineage::{Origin, Origins};
 use reaper_core::agent::{AgentProcess, AgentTask, Lineage};
 use reaper_core::DsLine;
@@ -248,7 +248,7 @@ impl Scanner {
             (Err(e), _) | (_, Err(e)) => {
                 scan.unreadable = 1;
                 scan.denied = Some(format!("cannot read the process table: {e}"));
-                scan.blind = self.blindness(Err("the process table is unreadable".into()));
+                scan.blind = self.blindness(Err(JvmUnseen::TableUnreadable));
                 scan.duration = clock.elapsed();
                 return scan;
             }
@@ -357,7 +357,7 @@ impl Scanner {
 
     /// Why the scan proves nothing: the process folder is missing, or the
     /// worker's JVM is not in sight (or no heartbeat said which it is).
-    fn blindness(&self, worker_seen: Result<(), String>) -> Option<String> {
+    fn blindness(&self, worker_seen: Result<(), JvmUnseen>) -> Option<String> {
         let mut why = Vec::new();
         if !self.paths.folder_exists() {
             why.push(format!(
@@ -367,7 +367,7 @@ impl Scanner {
             ));
         }
         if let Err(e) = worker_seen {
-            why.push(e);
+            why.push(e.to_string());
         }
         (!why.is_empty()).then(|| why.join("; "))
     }

@@ -56,9 +56,7 @@ impl fmt::Display for AnomalyKind {
 /// spells them; those it lacks are left out.
 pub const QUEUED_STATES: [&str; 3] = ["SUBMITTED_SUCCESS", "DISPATCH", "DELAY_EXECUTION"];
 
-/// The workflow states whose stall is `workflow_stop_stuck`, not
-/// `workflow_stalled`: READY_PAUSE, READY_STOP.
-pub const STOP_STATES: [i32; 2] = [2, 4];
+pub use crate::workflow::STOP_STATES;
 
 /// The workflow state SERIAL_WAIT.
 pub const SERIAL_WAIT: i32 = 14;

@@ -4,9 +4,9 @@
 //! token bucket are judged in one place and shared by all three.
 
 use crate::brake::BrakeState;
-use crate::plan::{Blocked, Disposition, SafetyState};
 use crate::policy::Policy;
 use crate::rate::TokenBucket;
+use crate::verdict::{Blocked, Disposition, SafetyState};
 use crate::{delta, Instant};
 use std::time::Duration;
 

@@ -44,6 +44,8 @@ pub mod reason;
 pub mod redact;
 pub mod registry;
 pub mod remote;
+pub mod remote_app;
+pub mod verdict;
 pub mod view;
 pub mod workflow;
 pub mod zone;

@@ -3,118 +3,21 @@
 //! Pure and deterministic: the same inputs give the same plan, including the
 //! next brake and rate-limit state, which the caller stores only if it acts.
 
-use crate::brake::{self, BrakeState};
+use crate::brake;
 use crate::budget::Budget;
 use crate::candidate::Candidate;
 use crate::host;
 use crate::line::DsLine;
-use crate::policy::{Action, FollowUp, Policy};
-use crate::rate::TokenBucket;
-use crate::reason::{Evidence, Reason};
+use crate::policy::Policy;
 use crate::remote::RemoteEvidence;
 use crate::view::{NodeKind, RegistryView};
 use crate::{delta, Instant};
 use serde::{Deserialize, Serialize};
 
-/// What the plan remembers between sweeps. A hold is no memory: it is an
-/// input of each sweep's [`Budget`].
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct SafetyState {
-    pub brake: BrakeState,
-    /// None until the first plan: the bucket then starts full.
-    pub bucket: Option<TokenBucket>,
-    /// SPEC §12: per task, since when a fresh agent's reports lack its
-    /// process (the daemon's clock).
-    #[serde(default)]
-    pub missing_since: std::collections::BTreeMap<i64, Instant>,
-}
-
-/// The note of a zombie whose process a fresh agent still lists.
-pub const PROCESS_ALIVE: &str = "process_alive";
-
-/// Why an action the policy asked for is not taken in this sweep.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", tag = "blocked", content = "why")]
-pub enum Blocked {
-    /// Inside `startup_settle` after the view became valid.
-    Settling,
-    /// A hold set by the daemon (see [`Budget::hold`]).
-    Hold(String),
-    Brake(String),
-    /// `max_actions_per_sweep` reached.
-    SweepCap,
-    /// The per-minute token bucket is empty.
-    RateLimit,
-    /// The action's state code does not exist on the line (never written).
-    Unwritable,
-    /// A fresh agent lists the task's process (SPEC §12): never acted on for
-    /// a lost, restarted or stale worker while it runs.
-    ProcessAlive,
-    /// A SUB_PROCESS task whose child workflow instance is not finished
-    /// (SPEC §3): the child is the task's process.
-    ChildWorkflowRunning,
-    /// One of the task's YARN applications may still run (SPEC §17).
-    RemoteAppRunning,
-    /// The ResourceManager could not say whether the task's applications
-    /// run (SPEC §17).
-    RemoteAppUnknown,
-    /// A YARN task whose host's agent can read no application-id source
-    /// (SPEC §17, `[yarn] require_ids`): its application may run unseen.
-    RemoteAppIdsUnknown,
-}
-
-/// The note of a SUB_PROCESS task whose child workflow still runs.
-pub const CHILD_WORKFLOW_RUNNING: &str = "child_workflow_running";
-
-/// The note of a recover skipped while DS fails the owning master over.
-pub const DS_FAILOVER_IN_PROGRESS: &str = "ds_failover_in_progress";
-
-impl Blocked {
-    pub fn describe(&self) -> String {
-        match self {
-            Blocked::Settling => "registry view is settling (startup_settle)".into(),
-            Blocked::Hold(w) => format!("held: {w}"),
-            Blocked::Brake(w) => format!("brake engaged: {w}"),
-            Blocked::SweepCap => "max_actions_per_sweep reached".into(),
-            Blocked::RateLimit => "rate limit (rate.per_minute) reached".into(),
-            Blocked::Unwritable => "the action's state code does not exist on this DS line".into(),
-            Blocked::ProcessAlive => PROCESS_ALIVE.into(),
-            Blocked::ChildWorkflowRunning => CHILD_WORKFLOW_RUNNING.into(),
-            Blocked::RemoteAppRunning => crate::remote::REMOTE_APP_RUNNING.into(),
-            Blocked::RemoteAppUnknown => crate::remote::REMOTE_APP_UNKNOWN.into(),
-            Blocked::RemoteAppIdsUnknown => crate::remote::REMOTE_APP_IDS_UNKNOWN.into(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Disposition {
-    /// Write now.
-    Act,
-    /// Policy says `report`: nothing to write.
-    Report,
-    /// Policy wants a write but a safety rule holds it back.
-    Blocked(Blocked),
-}
-
-/// A candidate found to be a zombie, with everything `check` and the API show.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Zombie {
-    pub task: Candidate,
-    /// Canonical name of the row's state on the line.
-    pub state_name: String,
-    pub reason: Reason,
-    pub evidence: Evidence,
-    /// The workflow's owning master (its `host`), None when `NULL`/empty.
-    pub owner_master: Option<String>,
-    pub owner_master_alive: bool,
-    pub action: Action,
-    pub workflow: FollowUp,
-    /// Why the action or follow-up was downgraded, if it was.
-    pub note: Option<String>,
-    pub disposition: Disposition,
-}
+pub use crate::verdict::{
+    Blocked, Disposition, SafetyState, Zombie, CHILD_WORKFLOW_RUNNING, DS_FAILOVER_IN_PROGRESS,
+    PROCESS_ALIVE,
+};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Plan {

@@ -9,20 +9,35 @@
 
 use crate::agent::AgentReport;
 use crate::host::host_part;
-use crate::ports::BoxFuture;
+use crate::ports::{BoxError, BoxFuture};
 use crate::registry::{heartbeat, Detected};
 use crate::{DsLine, HeartbeatFormat, RegistryLayout, Zone};
 
 /// Why a publisher call failed; the agent counts it and tries again after
 /// the next scan.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct PublishError(pub String);
-
-impl PublishError {
-    pub fn new(msg: impl Into<String>) -> Self {
-        PublishError(msg.into())
-    }
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    /// `registry` names it and where, e.g. `ZooKeeper 10.0.0.1:2181`.
+    #[error("not connected to {registry}")]
+    NotConnected { registry: String },
+    #[error("no {registry} session")]
+    NoSession { registry: &'static str },
+    #[error("the {registry} registry view is not valid yet")]
+    NotValidYet { registry: &'static str },
+    #[error("bad worker node name {0:?}")]
+    BadWorkerName(String),
+    #[error("{path} keeps changing hands")]
+    ChangingHands { path: String },
+    /// A registry request failed: `what` it was doing (and on which node).
+    #[error("{what}: {source}")]
+    Request {
+        what: String,
+        #[source]
+        source: BoxError,
+    },
+    /// The registry adapter's own error, as it says it.
+    #[error("{0}")]
+    Registry(#[source] BoxError),
 }
 
 /// A worker node as registered.

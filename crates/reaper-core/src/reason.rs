@@ -80,7 +80,7 @@ pub struct Evidence {
     pub process_missing_since: Option<Instant>,
     /// The task's known YARN applications with the RM's answers (SPEC §17).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub remote_apps: Vec<crate::remote::RemoteApp>,
+    pub remote_apps: Vec<crate::remote_app::RemoteApp>,
     /// Ids found for the task that are not its own (SPEC §17: started before
     /// it, another user's, or another task's too): shown, never killed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

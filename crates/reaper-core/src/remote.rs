@@ -3,15 +3,10 @@
 //! task's known applications and feeds the answers here; [`decide`] says
 //! whether to act, to hold, or to kill first.
 
-use crate::plan::{Blocked, Disposition, Zombie};
-use serde::{Deserialize, Serialize};
+pub use crate::remote_app::{AppPhase, RemoteApp};
+pub use crate::verdict::{REMOTE_APP_IDS_UNKNOWN, REMOTE_APP_RUNNING, REMOTE_APP_UNKNOWN};
 
-/// The note of a task held while one of its applications runs.
-pub const REMOTE_APP_RUNNING: &str = "remote_app_running";
-/// The note of a task held because the RM could not say.
-pub const REMOTE_APP_UNKNOWN: &str = "remote_app_unknown";
-/// The note of a YARN task held because its host's agent reads no id source.
-pub const REMOTE_APP_IDS_UNKNOWN: &str = "remote_app_ids_unknown";
+use crate::verdict::{Blocked, Disposition, Zombie};
 
 /// The task types whose work runs as a YARN application (SPEC §17), those
 /// any line has.
@@ -47,59 +42,6 @@ pub fn is_foreign(
         }
     }
     matches!((app.user.as_deref(), tenant), (Some(u), Some(t)) if !u.trim().eq_ignore_ascii_case(t.trim()))
-}
-
-/// One application of a task as the RM last answered.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RemoteApp {
-    pub id: String,
-    /// The RM's `state`; None when unknown (the RM could not be reached,
-    /// answered 404, or was not asked).
-    pub state: Option<String>,
-    #[serde(default)]
-    pub final_status: Option<String>,
-    /// The RM's `startedTime` (epoch ms), when it said: whether the
-    /// application can be the task's own (SPEC §17). Judged on, not shown:
-    /// the views keep SPEC §17's `{"id", "state", "final_status"}`.
-    #[serde(default, skip_serializing)]
-    pub started_time: Option<i64>,
-    /// The RM's `user`, when it said.
-    #[serde(default, skip_serializing)]
-    pub user: Option<String>,
-}
-
-impl RemoteApp {
-    /// An application nothing is known of yet.
-    pub fn unknown(id: impl Into<String>) -> RemoteApp {
-        RemoteApp {
-            id: id.into(),
-            state: None,
-            final_status: None,
-            started_time: None,
-            user: None,
-        }
-    }
-}
-
-/// Where an application is, as far as acting on its task goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AppPhase {
-    /// NEW, NEW_SAVING, SUBMITTED, ACCEPTED, RUNNING: it may still do work.
-    Live,
-    /// FINISHED, FAILED, KILLED.
-    Final,
-    /// No answer, or a state this build does not know: it may run.
-    Unknown,
-}
-
-impl RemoteApp {
-    pub fn phase(&self) -> AppPhase {
-        match self.state.as_deref().map(str::trim) {
-            Some("NEW" | "NEW_SAVING" | "SUBMITTED" | "ACCEPTED" | "RUNNING") => AppPhase::Live,
-            Some("FINISHED" | "FAILED" | "KILLED") => AppPhase::Final,
-            _ => AppPhase::Unknown,
-        }
-    }
 }
 
 /// What to do with a task given its applications' states.

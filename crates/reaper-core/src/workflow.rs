@@ -211,6 +211,10 @@ pub struct WorkflowFinding {
     pub disposition: Disposition,
 }
 
+/// The workflow states whose stall is `workflow_stop_stuck`, not
+/// `workflow_stalled`: READY_PAUSE, READY_STOP.
+pub const STOP_STATES: [i32; 2] = [2, 4];
+
 /// Workflow state names (the workflow enum; codes agree on every line,
 /// reference §1).
 pub fn workflow_state_name(code: i32) -> Option<&'static str> {
@@ -347,7 +351,7 @@ fn stalled(
     policy: &WorkflowPolicy,
 ) -> Option<WorkflowReason> {
     // READY_PAUSE / READY_STOP under a live master is workflow_stop_stuck (SPEC §16)
-    if crate::anomaly::STOP_STATES.contains(&wf.state) {
+    if STOP_STATES.contains(&wf.state) {
         return None;
     }
     let idle = wf.tasks_by_state.values().all(|n| *n == 0);

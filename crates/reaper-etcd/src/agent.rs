@@ -77,7 +77,7 @@ impl Publisher for EtcdAgentPublisher {
             let (_, p) = cur.as_ref().expect("set above");
             p.publish(report)
                 .await
-                .map_err(|e| PublishError::new(e.to_string()))
+                .map_err(|e| PublishError::Registry(e.into()))
         })
     }
 
@@ -85,7 +85,7 @@ impl Publisher for EtcdAgentPublisher {
         Box::pin(async move {
             let view = self.registry.view();
             if !view.is_valid() {
-                return Err(PublishError::new("the etcd registry view is not valid yet"));
+                return Err(PublishError::NotValidYet { registry: "etcd" });
             }
             let lines = self.registry.detected().lines;
             Ok(view
@@ -103,7 +103,7 @@ impl Publisher for EtcdAgentPublisher {
         Box::pin(async move {
             let view = self.registry.view();
             if !view.is_valid() {
-                return Err(PublishError::new("the etcd registry view is not valid yet"));
+                return Err(PublishError::NotValidYet { registry: "etcd" });
             }
             let lines = self.registry.detected().lines;
             let name = reaper_core::host::normalize(name);
@@ -132,7 +132,7 @@ impl Publisher for EtcdAgentPublisher {
             let kvs = reader
                 .list()
                 .await
-                .map_err(|e| PublishError::new(e.to_string()))?;
+                .map_err(|e| PublishError::Registry(e.into()))?;
             Ok(kvs
                 .into_iter()
                 .map(|(name, data)| OrderNode { name, data })

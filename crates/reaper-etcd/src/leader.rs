@@ -17,8 +17,8 @@
 use crate::keys::under;
 use crate::lease::{revoke, KeptLease};
 use crate::listing::{read_all, Kv};
-use crate::registry::lock;
 use crate::session::backoff;
+use crate::shared::lock;
 use crate::watch::{open_watches, Progress};
 use crate::{bounded, connect, EtcdError, EtcdSettings};
 use etcd_client::{Compare, CompareOp, EventType, PutOptions, Txn, TxnOp};
@@ -246,7 +246,7 @@ async fn stand(
                 Ok(None) => return Err(EtcdError::Watch("the election watch ended".into())),
                 Err(e) => return Err(EtcdError::Watch(format!("the election watch failed: {e}"))),
             },
-            r = progress.check(&mut sender) => r.map_err(EtcdError::Watch)?,
+            r = progress.check(&mut sender) => r.map_err(|e| EtcdError::Watch(e.to_string()))?,
         }
     }
 }

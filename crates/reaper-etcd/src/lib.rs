@@ -52,6 +52,7 @@ mod port;
 mod publisher;
 mod registry;
 mod session;
+mod shared;
 mod watch;
 
 use reaper_core::{DsLine, Zone};
@@ -64,7 +65,8 @@ pub use leader::EtcdLeader;
 pub use publisher::EtcdAgentKey;
 pub use reaper_core::registry::Detected;
 pub use reaper_core::RegistryView;
-pub use registry::{EtcdRegistry, Hooks};
+pub use registry::EtcdRegistry;
+pub use shared::Hooks;
 
 /// Where and how to read DS's etcd registry (SPEC §6 `[etcd]`).
 #[derive(Clone)]

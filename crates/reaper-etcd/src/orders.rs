@@ -4,7 +4,7 @@
 //! once it has audited the agent's answer.
 
 use crate::keys::{prefix_end, under};
-use crate::registry::Inner;
+use crate::shared::Inner;
 use crate::{bounded, connect, EtcdError, EtcdRegistry};
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use reaper_core::order::{KillOrder, ORDERS_DIR};

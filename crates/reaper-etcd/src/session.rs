@@ -8,6 +8,7 @@
 //! nodes still there at the next read keep the `seen_at` they had
 //! (`Gap::Connection`).
 
+use crate::shared::Inner;
 use crate::watch::{Outcome, Watcher};
 use crate::{connect, EtcdSettings};
 use reaper_core::registry::Backoff;
@@ -54,7 +55,7 @@ pub(crate) async fn run(mut w: Watcher) {
                         c
                     }
                     Err(e) => {
-                        crate::registry::Inner::count(&inner.errors);
+                        Inner::count(&inner.errors);
                         tracing::warn!(error = %e, "cannot connect to {}", describe(&inner.settings));
                         w.invalidate(format!("connecting to {}: {e}", describe(&inner.settings)));
                         if cancel
@@ -76,7 +77,7 @@ pub(crate) async fn run(mut w: Watcher) {
         match outcome {
             Outcome::Cancelled => break,
             Outcome::Ended { reason, listed } => {
-                crate::registry::Inner::count(&inner.errors);
+                Inner::count(&inner.errors);
                 tracing::warn!(%reason, "etcd registry view interrupted; reading afresh");
                 w.invalidate(reason);
                 if !listed {

@@ -24,7 +24,7 @@ mod stream;
 pub(crate) use stream::{open_watches, Progress};
 
 use crate::listing::{read_all, Kv, Snapshot};
-use crate::registry::{lock, Inner};
+use crate::shared::{lock, Inner};
 use crate::EtcdError;
 use etcd_client::{EventType, KvClient, WatchClient, WatchResponse, WatchStream};
 use reaper_core::registry::{
@@ -269,7 +269,8 @@ impl Watcher {
                     }
                 },
                 r = progress.check(&mut sender) => {
-                    if let Err(reason) = r {
+                    if let Err(down) = r {
+                        let reason = down.to_string();
                         return Stop::End(Outcome::Ended { reason, listed });
                     }
                 }

@@ -16,6 +16,7 @@
 //! - [`settings`](JdbcSettings): `[jdbc_registry]` and what it borrows.
 //! - [`flavour`]: the three table shapes and DS's liveness rule for each (pure).
 //! - `source`: the typed pools, the catalog probe and the poll statement.
+//! - `shared`: what the handle and the loop share.
 //! - `poll`: the loop that judges rows and drives the membership machine.
 //! - `registry`: the handle the daemon holds ([`JdbcRegistry`]).
 //! - `leader`: the election on `GET_LOCK` / `pg_try_advisory_lock` ([`JdbcLeader`]).
@@ -28,6 +29,7 @@ mod poll;
 mod port;
 mod registry;
 mod settings;
+mod shared;
 mod source;
 
 pub use error::JdbcError;

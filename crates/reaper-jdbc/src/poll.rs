@@ -16,7 +16,7 @@
 //! runs under it meanwhile.
 
 use crate::flavour::{clock_skew, judge_rows, Dead, Flavour, Term, DEFAULT_SESSION_TIMEOUT};
-use crate::registry::{lock, Inner};
+use crate::shared::{lock, Inner};
 use crate::source::{JdbcSource, RegistryRow};
 use crate::JdbcError;
 use reaper_core::registry::{

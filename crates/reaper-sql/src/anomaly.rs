@@ -8,15 +8,13 @@
 //! index on it.
 
 use crate::dialect::{Conn, Dialect};
-use crate::schema::{names, DefCols};
+use crate::schema::{names, DefCols, SERIAL_COMMAND};
 use crate::sql::Sql;
 use crate::{Db, SqlError, ID_BATCH};
 use reaper_core::anomaly::{SerialWait, SERIAL_WAIT};
 use reaper_core::{DsLine, Zone};
 use std::collections::HashMap;
 
-/// 3.4's queue of serial workflows (`state` 0 waiting, 1 fired).
-pub(crate) const SERIAL_COMMAND: &str = "t_ds_serial_command";
 const SERIAL_COLS: &[&str] = &["id", "workflow_instance_id", "state", "create_time"];
 
 impl Db {

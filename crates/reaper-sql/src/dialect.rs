@@ -22,11 +22,13 @@ mod postgres;
 pub(crate) use mysql::MySql;
 pub(crate) use postgres::Postgres;
 
-use crate::sql::Sql;
+use crate::sql::{Placeholders, Sql};
 use crate::{DbSettings, SqlError, TaskWrite};
-use reaper_core::Zone;
+use chrono::NaiveDateTime;
+use reaper_core::{Action, Instant, Zone};
 use sqlx::pool::PoolOptions;
 use sqlx::Database;
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -38,7 +40,7 @@ pub(crate) type Conn<D> = <<D as Dialect>::Db as Database>::Connection;
 pub(crate) type RowOf<D> = <<D as Dialect>::Db as Database>::Row;
 type Options<D> = <Conn<D> as sqlx::Connection>::Options;
 
-pub(crate) trait Dialect: Sized + Send + Sync + 'static {
+pub(crate) trait Dialect: Placeholders + Sized + Send + Sync + 'static {
     type Db: Database;
 
     /// `a <=> b`: equal, or both NULL.
@@ -49,8 +51,6 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
     /// Ids per statement of an [`in_set`](Dialect::in_set) filter.
     const SET_CHUNK: usize;
 
-    /// Writes the placeholder of the `n`-th bound value (from 1).
-    fn placeholder(n: usize, out: &mut String);
     /// `col` (an `int` column) is one of `ids`, as a `WHERE` condition,
     /// planned for these values: for reads by primary key and by the task
     /// table's workflow column, which has an index on MySQL and none on
@@ -112,6 +112,35 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Vec<bool>, SqlError>> + Send;
 }
 
+/// Running a statement on a connection of its dialect.
+impl<D: Dialect> Sql<D> {
+    pub async fn fetch_all(self, c: &mut Conn<D>) -> Result<Vec<RowOf<D>>, sqlx::Error> {
+        D::fetch_all(c, self).await
+    }
+
+    pub async fn fetch_optional(self, c: &mut Conn<D>) -> Result<Option<RowOf<D>>, sqlx::Error> {
+        Ok(D::fetch_all(c, self).await?.into_iter().next())
+    }
+
+    /// Hands the rows to `f` as they arrive (see [`Dialect::fetch_each`]).
+    pub async fn fetch_each<F>(self, c: &mut Conn<D>, f: F) -> Result<(), SqlError>
+    where
+        F: FnMut(&RowOf<D>) -> Result<(), SqlError> + Send,
+    {
+        D::fetch_each(c, self, f).await
+    }
+
+    /// Runs the statement; the number of rows it affected.
+    pub async fn execute(self, c: &mut Conn<D>) -> Result<u64, sqlx::Error> {
+        D::execute(c, self).await
+    }
+
+    /// Runs an `INSERT` of one row; the id it was given.
+    pub async fn insert(self, c: &mut Conn<D>) -> Result<i64, sqlx::Error> {
+        D::insert(c, self).await
+    }
+}
+
 /// A lazy pool: every new connection bumps `epoch` (the catalog is learned
 /// again after a reconnect) and gets the session time limits.
 pub(crate) fn connect_lazy<D: Dialect>(
@@ -136,6 +165,34 @@ pub(crate) fn connect_lazy<D: Dialect>(
         })
         .connect_lazy_with(opts);
     Ok(pool)
+}
+
+/// The `end_time` a task write sets beside its target state: none for
+/// fault-tolerance, which leaves it to DS's recovery.
+pub(crate) fn end_time_of(action: Action, now: NaiveDateTime) -> Option<NaiveDateTime> {
+    (action != Action::FaultTolerance).then_some(now)
+}
+
+/// The `SET` list of a task write, its values bound.
+pub(crate) fn push_sets<D: Dialect>(q: &mut Sql<D>, action: Action, code: i32, now: NaiveDateTime) {
+    q.push("state = ").bind(code);
+    if let Some(end) = end_time_of(action, now) {
+        q.push(", end_time = ").bind(end);
+    }
+}
+
+/// The writes at positions `idx` of `batch`, grouped by what they write (one
+/// statement per group), in batch order within a group.
+pub(crate) fn write_groups(
+    batch: &[&TaskWrite],
+    idx: &[usize],
+) -> HashMap<(Action, Instant), Vec<usize>> {
+    let mut groups: HashMap<(Action, Instant), Vec<usize>> = HashMap::new();
+    for &k in idx {
+        let w = batch[k];
+        groups.entry((w.action, w.now)).or_default().push(k);
+    }
+    groups
 }
 
 /// A write's `ready` failed: nothing was changed.

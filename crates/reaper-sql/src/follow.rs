@@ -19,14 +19,17 @@
 //! write it either.
 
 mod json;
+mod skip;
 pub(crate) mod tx;
 
 use crate::schema::{names, Catalog, DefCols, WorkerGroupCol, COMMAND};
+use crate::sql::Arg;
 use crate::{FollowUpOutcome, FollowUpRequest};
 use chrono::NaiveDateTime;
-pub(crate) use json::{param_names_instance, restart_state_history};
+pub(crate) use json::restart_state_history;
 use json::{recover_param, wf_status_name_33, with_tz};
 use reaper_core::{Action, DsLine, FollowUp};
+pub(crate) use skip::NoWrite;
 
 /// `CommandType` codes.
 pub const RECOVER_TOLERANCE_FAULT_PROCESS: i32 = 2;
@@ -41,6 +44,17 @@ pub enum Val {
     I64(i64),
     Text(String),
     Time(NaiveDateTime),
+}
+
+impl From<&Val> for Arg {
+    fn from(v: &Val) -> Arg {
+        match v {
+            Val::I32(x) => Arg::I32(*x),
+            Val::I64(x) => Arg::I64(*x),
+            Val::Text(x) => Arg::Text(Some(x.clone())),
+            Val::Time(x) => Arg::Time(*x),
+        }
+    }
 }
 
 /// The columns of one `t_ds_command` insert (identifiers are constants).
@@ -134,37 +148,35 @@ fn guards(
     wf: &WfRow,
     facts: &Facts,
     recover: bool,
-) -> Result<i32, String> {
+) -> Result<i32, NoWrite> {
     let Some(state) = wf.state else {
-        return Err(format!("workflow instance {wf_id} has no state"));
+        return Err(NoWrite::NoState { wf_id });
     };
     // DsLine lists FAILOVER among the non-terminal states (the workflow is
     // not finished), but a workflow in it is in DS's own hands: neither fail
     // nor recover may write over it (SPEC §5).
     if failover_state(line) == Some(state) {
-        return Err(format!(
-            "workflow instance {wf_id} is in DS's own failover state {state} (FAILOVER)"
-        ));
+        return Err(NoWrite::InFailover { wf_id, state });
     }
     if facts.queued {
-        return Err(format!(
-            "a command for workflow instance {wf_id} is already queued in t_ds_command"
-        ));
+        return Err(NoWrite::Queued { wf_id });
     }
     if recover {
         // A parent never ends before its child (SPEC §13): DS's recovery
         // of the parent would end it (3.1.1: SUCCESS ~30 s early) or run
         // the child twice.
         if let Some((child, s)) = facts.running_child {
-            return Err(format!(
-                "{}: child workflow instance {child} of workflow instance {wf_id} is in state {s}; not recovered before its child ends",
-                reaper_core::plan::CHILD_WORKFLOW_RUNNING
-            ));
+            return Err(NoWrite::ChildRunning {
+                wf_id,
+                child,
+                state: s,
+            });
         }
         if let Some(m) = &facts.live_owner {
-            return Err(format!(
-                "workflow instance {wf_id} is held by live master {m}; recover runs only when no live master holds it"
-            ));
+            return Err(NoWrite::LiveOwner {
+                wf_id,
+                master: m.clone(),
+            });
         }
     }
     Ok(state)
@@ -176,14 +188,14 @@ fn command_head(
     wf_id: i64,
     wf: &WfRow,
     type_code: i32,
-) -> Result<Vec<(&'static str, Val)>, String> {
+) -> Result<Vec<(&'static str, Val)>, NoWrite> {
     let n = names(line);
     let mut cols: Vec<(&'static str, Val)> = vec![("command_type", Val::I32(type_code))];
     match n.def {
         DefCols::Id => cols.push(("process_definition_id", Val::I64(wf.def_id.unwrap_or(0)))),
         DefCols::Code { code, version } => {
             let Some(c) = wf.def_code else {
-                return Err(format!("workflow instance {wf_id} has no definition code"));
+                return Err(NoWrite::NoDefinitionCode { wf_id });
             };
             cols.push((code, Val::I64(c)));
             cols.push((version, Val::I64(wf.def_version.unwrap_or(0))));
@@ -242,16 +254,18 @@ pub(crate) fn master_failover(
     wf: &WfRow,
     facts: &Facts,
     now: NaiveDateTime,
-) -> Result<Decision, String> {
+) -> Result<Decision, NoWrite> {
     let state = guards(line, wf_id, wf, facts, true)?;
     // what DS's own failover of the line picks up (3.3 FailoverCoordinator:
     // 1, 2, 4), re-checked on the row as locked now
     let handled = line.master_failover_workflow_states();
     if !handled.contains(&state) {
-        return Err(format!(
-            "workflow instance {wf_id} is in state {state}; DS's own master failover on line {line} handles only {}",
-            crate::schema::int_list(handled)
-        ));
+        return Err(NoWrite::NotHandled {
+            wf_id,
+            state,
+            line,
+            handled,
+        });
     }
     let mut cols = command_head(line, wf_id, wf, RECOVER_TOLERANCE_FAULT_PROCESS)?;
     if line == DsLine::V3_3 {
@@ -302,12 +316,13 @@ pub(crate) fn decide(
     let recover = req.follow_up == FollowUp::Recover;
     let after_ft = req.action == Action::FaultTolerance;
     if recover && after_ft {
-        return master_failover(line, wf_id, wf, facts, now).map_err(FollowUpOutcome::Skipped);
+        return master_failover(line, wf_id, wf, facts, now)
+            .map_err(|why| FollowUpOutcome::Skipped(why.to_string()));
     }
     let skip = |why: String| Err(FollowUpOutcome::Skipped(why));
     let state = match guards(line, wf_id, wf, facts, recover) {
         Ok(s) => s,
-        Err(why) => return skip(why),
+        Err(why) => return skip(why.to_string()),
     };
     let non_terminal = line.workflow_non_terminal_states().contains(&state);
     if facts.other_live > 0 {
@@ -329,7 +344,8 @@ pub(crate) fn decide(
             tolerate_tasks: false,
         });
     }
-    recover_failed(line, wf_id, wf, facts, state, now).map_err(FollowUpOutcome::Skipped)
+    recover_failed(line, wf_id, wf, facts, state, now)
+        .map_err(|why| FollowUpOutcome::Skipped(why.to_string()))
 }
 
 /// `recover` after fail or kill: the "recover from failed node" path, for a
@@ -342,14 +358,14 @@ fn recover_failed(
     facts: &Facts,
     state: i32,
     now: NaiveDateTime,
-) -> Result<Decision, String> {
+) -> Result<Decision, NoWrite> {
     let mut cols = command_head(line, wf_id, wf, START_FAILURE_TASK_PROCESS)?;
     let non_terminal = line.workflow_non_terminal_states().contains(&state);
     if !(non_terminal || state == 6) {
         return Err(if line == DsLine::V3_3 {
-            format!("workflow instance {wf_id} is in state {state}, not recoverable")
+            NoWrite::NotRecoverable { wf_id, state }
         } else {
-            format!("workflow instance {wf_id} is in terminal state {state}, not FAILURE")
+            NoWrite::NotFailure { wf_id, state }
         });
     }
     if line == DsLine::V3_3 {

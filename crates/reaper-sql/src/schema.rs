@@ -15,6 +15,9 @@ pub(crate) const SCHEDULES: &str = "t_ds_schedules";
 /// Tenants by id (1.x–3.1 workflow instances name theirs by `tenant_id`).
 pub(crate) const TENANT: &str = "t_ds_tenant";
 
+/// 3.4's queue of serial workflows (`state` 0 waiting, 1 fired).
+pub(crate) const SERIAL_COMMAND: &str = "t_ds_serial_command";
+
 /// The tables whose columns the adapter learns.
 pub(crate) const LEARNED_TABLES: &[&str] = &[
     TASK,
@@ -24,7 +27,7 @@ pub(crate) const LEARNED_TABLES: &[&str] = &[
     SCHEDULES,
     "t_ds_relation_process_instance",
     "t_ds_relation_workflow_instance",
-    crate::anomaly::SERIAL_COMMAND,
+    SERIAL_COMMAND,
     TENANT,
 ];
 

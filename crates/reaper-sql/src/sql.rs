@@ -3,11 +3,15 @@
 //! every statement is written once for both databases and no placeholder is
 //! ever numbered by hand.
 
-use crate::dialect::{Conn, Dialect, RowOf};
-use crate::follow::Val;
-use crate::SqlError;
 use chrono::NaiveDateTime;
 use std::marker::PhantomData;
+
+/// How a database writes the placeholder of a bound value: all a statement
+/// needs of its dialect while it is built.
+pub(crate) trait Placeholders {
+    /// Writes the placeholder of the `n`-th bound value (from 1).
+    fn placeholder(n: usize, out: &mut String);
+}
 
 /// A value bound to a statement.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,18 +63,8 @@ impl From<NaiveDateTime> for Arg {
     }
 }
 
-impl From<&Val> for Arg {
-    fn from(v: &Val) -> Arg {
-        match v {
-            Val::I32(x) => Arg::I32(*x),
-            Val::I64(x) => Arg::I64(*x),
-            Val::Text(x) => Arg::Text(Some(x.clone())),
-            Val::Time(x) => Arg::Time(*x),
-        }
-    }
-}
-
-/// One statement for dialect `D`.
+/// One statement for dialect `D` (run through the dialect's connection:
+/// see `dialect`).
 #[derive(Debug)]
 pub(crate) struct Sql<D> {
     text: String,
@@ -79,7 +73,7 @@ pub(crate) struct Sql<D> {
     _dialect: PhantomData<fn() -> D>,
 }
 
-impl<D: Dialect> Sql<D> {
+impl<D: Placeholders> Sql<D> {
     pub fn new(text: impl Into<String>) -> Self {
         Sql {
             text: text.into(),
@@ -145,38 +139,12 @@ impl<D: Dialect> Sql<D> {
     pub fn into_parts(self) -> (String, Vec<Arg>, bool) {
         (self.text, self.args, self.persistent)
     }
-
-    pub async fn fetch_all(self, c: &mut Conn<D>) -> Result<Vec<RowOf<D>>, sqlx::Error> {
-        D::fetch_all(c, self).await
-    }
-
-    pub async fn fetch_optional(self, c: &mut Conn<D>) -> Result<Option<RowOf<D>>, sqlx::Error> {
-        Ok(D::fetch_all(c, self).await?.into_iter().next())
-    }
-
-    /// Hands the rows to `f` as they arrive (see [`Dialect::fetch_each`]).
-    pub async fn fetch_each<F>(self, c: &mut Conn<D>, f: F) -> Result<(), SqlError>
-    where
-        F: FnMut(&RowOf<D>) -> Result<(), SqlError> + Send,
-    {
-        D::fetch_each(c, self, f).await
-    }
-
-    /// Runs the statement; the number of rows it affected.
-    pub async fn execute(self, c: &mut Conn<D>) -> Result<u64, sqlx::Error> {
-        D::execute(c, self).await
-    }
-
-    /// Runs an `INSERT` of one row; the id it was given.
-    pub async fn insert(self, c: &mut Conn<D>) -> Result<i64, sqlx::Error> {
-        D::insert(c, self).await
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dialect::{MySql, Postgres};
+    use crate::dialect::{Dialect, MySql, Postgres};
 
     fn build<D: Dialect>() -> Sql<D> {
         let mut q = Sql::<D>::new("UPDATE t SET state = ");

@@ -16,16 +16,15 @@ mod extra;
 mod stmt;
 
 pub use cursor::{WorkflowCursor, WorkflowCursorStats};
-pub(crate) use extra::running_child;
+pub(crate) use extra::{param_names_instance, running_child};
 
 use crate::dialect::Dialect;
 use crate::read::BadRow;
 use crate::schema::Catalog;
 use crate::{Db, SqlError, PAGE};
 use cursor::{candidate, summarise, tracked_states, SumRows, Summary};
-use reaper_core::ports::WorkflowOutcome;
 use reaper_core::workflow::WorkflowCandidate;
-use reaper_core::{DsLine, Instant};
+use reaper_core::DsLine;
 use std::collections::{BTreeSet, HashMap};
 use stmt::{TaskSel, WfPage};
 
@@ -373,29 +372,5 @@ impl Db {
         self.fill_workflow_extras(line, &cat, &mut out).await?;
         let [wf] = out;
         Ok(Some(wf))
-    }
-
-    /// `recover` for `workflow_master_lost` (SPEC §13): in one transaction,
-    /// the workflow row is locked and read again; a state or host other than
-    /// `seen`'s is a [`WorkflowOutcome::LostRace`]; a host that is NULL,
-    /// `'NULL'` or empty (DS's own failover holds it), a live master by
-    /// `live_master` (asked under the lock) or a queued command for it are
-    /// [`WorkflowOutcome::Skipped`]; otherwise DS's own master-failover rows
-    /// for the line — the same as `recover` after `fault-tolerance` — with
-    /// the update conditional on the state and host seen.
-    pub async fn recover_workflow(
-        &self,
-        line: DsLine,
-        seen: &WorkflowCandidate,
-        now: Instant,
-        live_master: &(dyn Fn(&str) -> bool + Send + Sync),
-    ) -> Result<WorkflowOutcome, SqlError> {
-        let zone = self.zone;
-        with_conn!(self, "recovering a workflow instance", |c: D| async {
-            let cat = self.catalog_on::<D>(c).await?;
-            cat.require_writes(line)?;
-            crate::follow::tx::recover_workflow::<D>(c, line, &cat, zone, seen, now, live_master)
-                .await
-        })
     }
 }

@@ -1,42 +1,15 @@
-//! Conditional task writes (SPEC §4.2) and the workflow follow-up (SPEC §5):
-//! the checks both dialects share. How a dialect makes the write conditional
-//! is its own (`Dialect::write_batch`); the follow-up's transaction is
-//! written once (`follow::tx`).
+//! Conditional task writes (SPEC §4.2), the workflow follow-up (SPEC §5) and
+//! `recover` for `workflow_master_lost` (SPEC §13): the checks both dialects
+//! share. How a dialect makes the write conditional is its own
+//! (`Dialect::write_batch`); the follow-up's and the recovery's transactions
+//! are written once (`follow::tx`).
 
 use crate::dialect::Dialect;
-use crate::sql::Sql;
 use crate::{Db, FollowUpOutcome, FollowUpRequest, SqlError, TaskWrite, WriteOutcome};
-use chrono::NaiveDateTime;
-use reaper_core::{Action, DsLine, FollowUp, Instant};
+use reaper_core::ports::WorkflowOutcome;
+use reaper_core::workflow::WorkflowCandidate;
+use reaper_core::{DsLine, FollowUp, Instant};
 use std::collections::HashMap;
-
-/// The `end_time` a task write sets beside its target state: none for
-/// fault-tolerance, which leaves it to DS's recovery.
-pub(crate) fn end_time_of(action: Action, now: NaiveDateTime) -> Option<NaiveDateTime> {
-    (action != Action::FaultTolerance).then_some(now)
-}
-
-/// The `SET` list of a task write, its values bound.
-pub(crate) fn push_sets<D: Dialect>(q: &mut Sql<D>, action: Action, code: i32, now: NaiveDateTime) {
-    q.push("state = ").bind(code);
-    if let Some(end) = end_time_of(action, now) {
-        q.push(", end_time = ").bind(end);
-    }
-}
-
-/// The writes at positions `idx` of `batch`, grouped by what they write (one
-/// statement per group), in batch order within a group.
-pub(crate) fn write_groups(
-    batch: &[&TaskWrite],
-    idx: &[usize],
-) -> HashMap<(Action, Instant), Vec<usize>> {
-    let mut groups: HashMap<(Action, Instant), Vec<usize>> = HashMap::new();
-    for &k in idx {
-        let w = batch[k];
-        groups.entry((w.action, w.now)).or_default().push(k);
-    }
-    groups
-}
 
 impl Db {
     /// Conditional batch writes (SPEC §4.2); one outcome per input, in order.
@@ -195,6 +168,30 @@ impl Db {
             let cat = self.catalog_on::<D>(c).await?;
             cat.require_writes(line)?;
             crate::follow::tx::follow_up::<D>(c, line, &cat, zone, req, wf, live_master).await
+        })
+    }
+
+    /// `recover` for `workflow_master_lost` (SPEC §13): in one transaction,
+    /// the workflow row is locked and read again; a state or host other than
+    /// `seen`'s is a [`WorkflowOutcome::LostRace`]; a host that is NULL,
+    /// `'NULL'` or empty (DS's own failover holds it), a live master by
+    /// `live_master` (asked under the lock) or a queued command for it are
+    /// [`WorkflowOutcome::Skipped`]; otherwise DS's own master-failover rows
+    /// for the line — the same as `recover` after `fault-tolerance` — with
+    /// the update conditional on the state and host seen.
+    pub async fn recover_workflow(
+        &self,
+        line: DsLine,
+        seen: &WorkflowCandidate,
+        now: Instant,
+        live_master: &(dyn Fn(&str) -> bool + Send + Sync),
+    ) -> Result<WorkflowOutcome, SqlError> {
+        let zone = self.zone;
+        with_conn!(self, "recovering a workflow instance", |c: D| async {
+            let cat = self.catalog_on::<D>(c).await?;
+            cat.require_writes(line)?;
+            crate::follow::tx::recover_workflow::<D>(c, line, &cat, zone, seen, now, live_master)
+                .await
         })
     }
 }

@@ -99,15 +99,16 @@ impl ZkAgentPublisher {
 
     fn client(&self) -> Result<zk::Client, PublishError> {
         if !self.shared.connected.load(Ordering::Relaxed) {
-            return Err(PublishError::new(format!(
-                "not connected to ZooKeeper {}",
-                self.shared.target.connect
-            )));
+            return Err(PublishError::NotConnected {
+                registry: format!("ZooKeeper {}", self.shared.target.connect),
+            });
         }
         lock(&self.shared.live)
             .as_ref()
             .map(|l| l.client.clone())
-            .ok_or_else(|| PublishError::new("no ZooKeeper session"))
+            .ok_or(PublishError::NoSession {
+                registry: "ZooKeeper",
+            })
     }
 
     fn owned(&self, client: &zk::Client, path: &str) -> bool {
@@ -140,13 +141,14 @@ impl ZkAgentPublisher {
 
     async fn publish_now(&self, worker: &str, data: &[u8]) -> Result<(), PublishError> {
         if worker.is_empty() || worker.contains('/') {
-            return Err(PublishError::new(format!(
-                "bad worker node name {worker:?}"
-            )));
+            return Err(PublishError::BadWorkerName(worker.to_string()));
         }
         let client = self.client()?;
         let path = self.node_path(worker);
-        let err = |what: &str, e: zk::Error| PublishError::new(format!("{what} {path}: {e}"));
+        let err = |what: &str, e: zk::Error| PublishError::Request {
+            what: format!("{what} {path}"),
+            source: e.into(),
+        };
         if self.owned(&client, &path) {
             match self.call(client.set_data(&path, data, None)).await {
                 Ok(_) => return Ok(()),
@@ -195,14 +197,17 @@ impl ZkAgentPublisher {
                 Err(e) => return Err(err("replacing", e)),
             }
         }
-        Err(PublishError::new(format!("{path} keeps changing hands")))
+        Err(PublishError::ChangingHands { path })
     }
 
     async fn list_workers(&self) -> Result<Vec<RegisteredWorker>, PublishError> {
         let client = self.client()?;
         let root = &self.shared.root;
         let mode = self.shared.mode;
-        let fail = |e: zk::Error| PublishError::new(format!("listing the workers: {e}"));
+        let fail = |e: zk::Error| PublishError::Request {
+            what: "listing the workers".into(),
+            source: e.into(),
+        };
         let mut nodes: Vec<String> = Vec::new();
         let mut dirs = Vec::new();
         if mode.legacy_allowed() {
@@ -277,7 +282,10 @@ impl ZkAgentPublisher {
             self.shared.root,
             reaper_core::order::ORDERS_DIR
         );
-        let fail = |e: zk::Error| PublishError::new(format!("listing the orders {dir}: {e}"));
+        let fail = |e: zk::Error| PublishError::Request {
+            what: format!("listing the orders {dir}"),
+            source: e.into(),
+        };
         let names = match self.call(client.list_children(&dir)).await {
             Ok(n) => n,
             Err(zk::Error::NoNode) => return Ok(Vec::new()),
@@ -303,7 +311,10 @@ impl ZkAgentPublisher {
         let client = self.client()?;
         let root = &self.shared.root;
         let mode = self.shared.mode;
-        let fail = |e: zk::Error| PublishError::new(format!("reading the worker {name}: {e}"));
+        let fail = |e: zk::Error| PublishError::Request {
+            what: format!("reading the worker {name}"),
+            source: e.into(),
+        };
         let mut rels = Vec::new();
         if mode.legacy_allowed() {
             rels.push(format!("/workers/{name}"));

@@ -26,6 +26,7 @@ mod orders;
 mod port;
 mod registry;
 mod session;
+mod shared;
 mod watch;
 
 use reaper_core::DsLine;

@@ -1,27 +1,29 @@
 //! [`ZkRegistry`], the handle the daemon holds: the latest view, change
 //! notifications, what was detected, counters, and the 1.2 task-queue
-//! cleanup. The session loop behind it is in [`crate::session`], the watch
-//! loop of one connection in [`crate::watch`]; the membership rules
-//! themselves are reaper-core's [`Membership`].
+//! cleanup; and the loop behind it, one session after another (the pieces
+//! are in [`crate::session`]), each served by the watch loop of
+//! [`crate::watch`]. The membership rules themselves are reaper-core's
+//! [`Membership`].
 //!
 //! The view is handed out lazily. 2,000 workers rewrite their heartbeat
 //! every 10 s; copying the whole view for each batch of them cost more than
-//! everything else the daemon does between sweeps. So the machine lives here,
-//! shared with the watch loop, and [`ZkRegistry::view`] copies it only when it
-//! changed since the last copy: a reader always gets every event applied so
-//! far, as before. Membership changes (servers come or go, losses, validity)
+//! everything else the daemon does between sweeps. So the machine lives in
+//! the state the handle shares with the watch loop (`shared`), and
+//! [`ZkRegistry::view`] copies it only when it changed since the last copy:
+//! a reader always gets every event applied so far, as before. Membership changes (servers come or go, losses, validity)
 //! still wake [`ZkRegistry::changes`] at once; [`ZkRegistry::subscribe`] still
 //! sees every change, at the old cost, while someone holds a receiver.
 
+use crate::session::{backoff, close_client, connect, wait_to_retry, Outcome};
+use crate::shared::{lock, Inner, Shared};
 use crate::watch::Watcher;
-use crate::{bounded, session, ZkError, ZkSettings, ZkStats};
+use crate::{bounded, ZkError, ZkSettings, ZkStats};
 use reaper_core::ports::{Clock, SystemClock};
-use reaper_core::registry::{Detected, LayoutMode, Membership};
+use reaper_core::registry::{Detected, Gap, LayoutMode, Membership};
 use reaper_core::RegistryView;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
@@ -29,93 +31,6 @@ use zookeeper_client as zk;
 #[derive(Clone)]
 pub struct ZkRegistry {
     inner: Arc<Inner>,
-}
-
-/// What the handle and the loop share.
-pub(crate) struct Inner {
-    pub(crate) settings: ZkSettings,
-    /// The root without a trailing slash ("" for "/").
-    pub(crate) root: String,
-    /// The membership machine and its latest copies.
-    pub(crate) shared: Mutex<Shared>,
-    /// Woken on membership changes (the engine's port).
-    pub(crate) changes_tx: watch::Sender<()>,
-    /// Every change with its view, for [`ZkRegistry::subscribe`]; fed only
-    /// while it has receivers.
-    pub(crate) all_tx: watch::Sender<Arc<RegistryView>>,
-    pub(crate) expirations: AtomicU64,
-    pub(crate) errors: AtomicU64,
-    pub(crate) reconnects: AtomicU64,
-    /// The current session's client, for one-off requests.
-    pub(crate) client: Mutex<Option<zk::Client>>,
-    pub(crate) cancel: CancellationToken,
-    task: tokio::sync::Mutex<Option<JoinHandle<()>>>,
-    /// The daemon's clock: losses and validity are stamped on it.
-    clock: Arc<dyn Clock>,
-}
-
-impl Inner {
-    pub(crate) fn now(&self) -> reaper_core::Instant {
-        self.clock.now()
-    }
-
-    pub(crate) fn error(&self) {
-        self.errors.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// The current view: the last copy, or a new one when the machine
-    /// changed since.
-    pub(crate) fn view(&self) -> Arc<RegistryView> {
-        lock(&self.shared).view()
-    }
-}
-
-/// The membership machine with the copies made of it, each dropped when the
-/// machine changes.
-pub(crate) struct Shared {
-    pub(crate) membership: Membership,
-    view: Option<Arc<RegistryView>>,
-    /// Only kept when the line is detected (an explicit line fixes it).
-    detected: Option<Detected>,
-    explicit: Option<Detected>,
-}
-
-impl Shared {
-    pub(crate) fn new(membership: Membership, explicit: Option<Detected>) -> Self {
-        Shared {
-            membership,
-            view: None,
-            detected: None,
-            explicit,
-        }
-    }
-
-    /// The machine changed: later readers get a new copy.
-    pub(crate) fn changed(&mut self) {
-        self.view = None;
-        self.detected = None;
-    }
-
-    pub(crate) fn view(&mut self) -> Arc<RegistryView> {
-        self.view
-            .get_or_insert_with(|| Arc::new(self.membership.view().clone()))
-            .clone()
-    }
-
-    fn detected(&mut self) -> Detected {
-        if let Some(d) = &self.explicit {
-            return d.clone();
-        }
-        self.detected
-            .get_or_insert_with(|| self.membership.detected())
-            .clone()
-    }
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic while holding these locks cannot leave them inconsistent
-    // (plain assignments), so a poisoned lock is still usable.
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl ZkRegistry {
@@ -158,7 +73,7 @@ impl ZkRegistry {
             clock,
         });
         let watcher = Watcher::new(inner.clone());
-        let handle = tokio::spawn(session::run(watcher));
+        let handle = tokio::spawn(run(watcher));
         if let Ok(mut t) = inner.task.try_lock() {
             *t = Some(handle);
         }
@@ -265,6 +180,66 @@ impl ZkRegistry {
         }
         lock(&self.inner.client).take();
     }
+}
+
+/// The registry's loop: a session, served until it ends, then the next.
+/// Every new session is a gap in sight ([`Gap::Session`]).
+async fn run(mut w: Watcher) {
+    let inner = w.inner.clone();
+    let cancel = inner.cancel.clone();
+    let mut backoff = backoff();
+    loop {
+        if cancel.is_cancelled() {
+            break;
+        }
+        let addr = &inner.settings.connect;
+        w.invalidate(Gap::Session, format!("connecting to {addr}"));
+        let Some(client) = cancel.run_until_cancelled(connect(&inner.settings)).await else {
+            break;
+        };
+        let client = match client {
+            Ok(c) => c,
+            Err(e) => {
+                inner.error();
+                tracing::warn!(error = %e, connect = %addr, "cannot connect to ZooKeeper");
+                w.invalidate(Gap::Session, format!("connecting to {addr}: {e}"));
+                if !wait_to_retry(&cancel, &mut backoff).await {
+                    break;
+                }
+                continue;
+            }
+        };
+        tracing::info!(session = ?client.session_id(), "ZooKeeper session established");
+        *lock(&inner.client) = Some(client.clone());
+        // Cancellation also interrupts a listing or read in flight, so
+        // close() is prompt even against a slow ensemble.
+        let outcome = cancel
+            .run_until_cancelled(w.serve_session(&client, &mut backoff))
+            .await
+            .unwrap_or(Outcome::Cancelled);
+        lock(&inner.client).take();
+        match outcome {
+            Outcome::Cancelled => {
+                close_client(client).await;
+                break;
+            }
+            Outcome::Expired => {
+                inner.expirations.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("ZooKeeper session expired; building a new session");
+                w.invalidate(Gap::Session, "ZooKeeper session expired");
+                drop(client);
+            }
+            Outcome::Ended(reason) => {
+                inner.error();
+                w.invalidate(Gap::Session, reason);
+                drop(client);
+                if !wait_to_retry(&cancel, &mut backoff).await {
+                    break;
+                }
+            }
+        }
+    }
+    w.invalidate(Gap::Session, "registry closed");
 }
 
 /// The task instance id of a 1.2 `tasks_queue` entry name.

@@ -1,14 +1,11 @@
 //! ZooKeeper sessions: connecting (bounded in time), closing at once, telling
-//! a terminal state, and the registry's outer loop — one session after
-//! another until cancelled, with reaper-core's jittered [`Backoff`] between
-//! failed attempts. [`crate::leader`] uses the same pieces for its own session.
+//! a terminal state, and reaper-core's jittered [`Backoff`] between failed
+//! attempts. The registry's loop and the leader election build their own
+//! sessions from these pieces.
 
-use crate::registry::lock;
-use crate::watch::Watcher;
 use crate::{bounded, ZkError, ZkSettings};
-use reaper_core::registry::{Backoff, Gap};
+use reaper_core::registry::Backoff;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 use zookeeper_client as zk;
 
@@ -80,64 +77,4 @@ pub(crate) async fn close_client(client: zk::Client) {
         }
     })
     .await;
-}
-
-/// The registry's loop: a session, served until it ends, then the next.
-/// Every new session is a gap in sight ([`Gap::Session`]).
-pub(crate) async fn run(mut w: Watcher) {
-    let inner = w.inner.clone();
-    let cancel = inner.cancel.clone();
-    let mut backoff = backoff();
-    loop {
-        if cancel.is_cancelled() {
-            break;
-        }
-        let addr = &inner.settings.connect;
-        w.invalidate(Gap::Session, format!("connecting to {addr}"));
-        let Some(client) = cancel.run_until_cancelled(connect(&inner.settings)).await else {
-            break;
-        };
-        let client = match client {
-            Ok(c) => c,
-            Err(e) => {
-                inner.error();
-                tracing::warn!(error = %e, connect = %addr, "cannot connect to ZooKeeper");
-                w.invalidate(Gap::Session, format!("connecting to {addr}: {e}"));
-                if !wait_to_retry(&cancel, &mut backoff).await {
-                    break;
-                }
-                continue;
-            }
-        };
-        tracing::info!(session = ?client.session_id(), "ZooKeeper session established");
-        *lock(&inner.client) = Some(client.clone());
-        // Cancellation also interrupts a listing or read in flight, so
-        // close() is prompt even against a slow ensemble.
-        let outcome = cancel
-            .run_until_cancelled(w.serve_session(&client, &mut backoff))
-            .await
-            .unwrap_or(Outcome::Cancelled);
-        lock(&inner.client).take();
-        match outcome {
-            Outcome::Cancelled => {
-                close_client(client).await;
-                break;
-            }
-            Outcome::Expired => {
-                inner.expirations.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!("ZooKeeper session expired; building a new session");
-                w.invalidate(Gap::Session, "ZooKeeper session expired");
-                drop(client);
-            }
-            Outcome::Ended(reason) => {
-                inner.error();
-                w.invalidate(Gap::Session, reason);
-                drop(client);
-                if !wait_to_retry(&cancel, &mut backoff).await {
-                    break;
-                }
-            }
-        }
-    }
-    w.invalidate(Gap::Session, "registry closed");
 }

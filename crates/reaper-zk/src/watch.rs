@@ -23,10 +23,10 @@ mod arm;
 mod coalesce;
 
 use crate::listing::{list_all, list_locks};
-use crate::registry::{lock, Inner, Shared};
 use crate::session::{terminal, Outcome};
+use crate::shared::{lock, Inner, Shared};
 use crate::{bounded, ZkError};
-use arm::Forwarders;
+use arm::{Forwarders, Rewatch};
 use coalesce::Coalescer;
 use reaper_core::registry::{
     may_concern_servers, Backoff, Changes, FailoverLockLayout, Gap, LayoutMode, Membership,
@@ -73,11 +73,11 @@ impl Watcher {
     }
 
     /// Reads the locks afresh and records them.
-    async fn reread_locks(&mut self, client: &zk::Client) -> Result<(), String> {
+    async fn reread_locks(&mut self, client: &zk::Client) -> Result<(), Rewatch> {
         let rt = self.inner.settings.request_timeout;
         let held = list_locks(client, &self.inner.root, &self.locks, rt)
             .await
-            .map_err(|e| format!("reading DS's failover locks: {e}"))?;
+            .map_err(Rewatch::Locks)?;
         let now = self.inner.now();
         self.change(|m| m.apply_failover_locks(&held, now));
         Ok(())
@@ -187,7 +187,7 @@ impl Watcher {
         if let Err(reason) = armed.await {
             self.inner.error();
             tracing::warn!(%reason, "cannot arm registry watches");
-            self.invalidate(Gap::Connection, reason);
+            self.invalidate(Gap::Connection, reason.to_string());
             return self.pause(states, backoff).await;
         }
         if let Err(e) = self.list(client, mode, agents.as_deref()).await {
@@ -253,7 +253,7 @@ impl Watcher {
                     if let Err(reason) = self.handle_batch(client, batch).await {
                         self.inner.error();
                         tracing::warn!(%reason, "re-listing the registry");
-                        self.invalidate(Gap::Connection, reason);
+                        self.invalidate(Gap::Connection, reason.to_string());
                         return self.pause(states, backoff).await;
                     }
                     resting = Some(tokio::time::Instant::now() + EVENT_BATCH);
@@ -294,7 +294,7 @@ impl Watcher {
         &mut self,
         client: &zk::Client,
         batch: Vec<zk::WatchedEvent>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Rewatch> {
         let Sorted {
             order,
             last,

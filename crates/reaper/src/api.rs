@@ -3,6 +3,7 @@
 //! runtime, so the fuzz targets build them without the daemon's adapters
 //! (`reaper` without its `daemon` feature).
 
+use reaper_core::policy::BadValue;
 use reaper_core::{Action, FollowUp};
 use serde::Deserialize;
 
@@ -24,30 +25,42 @@ struct ReapBody {
     force: Option<bool>,
 }
 
+/// Why a reap request is refused with a 400 (its message is the answer).
+#[derive(Debug, thiserror::Error)]
+pub enum BadReapRequest {
+    #[error("task id {0:?} is not a number")]
+    TaskId(String),
+    #[error("invalid JSON body: {0}")]
+    Body(serde_json::Error),
+    #[error("action must be fail, fault-tolerance or kill")]
+    Report,
+    /// An action or follow-up that is no such word.
+    #[error(transparent)]
+    Value(#[from] BadValue),
+}
+
 /// The request of `POST /api/v1/tasks/{id}/reap` from its path segment and
 /// body, or the message of a 400. Pure, so that it can be fuzzed: no input
 /// panics, and an accepted request carries exactly what the body said.
-pub fn parse_reap_request(id: &str, body: &[u8]) -> Result<ReapRequest, String> {
+pub fn parse_reap_request(id: &str, body: &[u8]) -> Result<ReapRequest, BadReapRequest> {
     let Ok(task_id) = id.trim().parse::<i64>() else {
-        return Err(format!("task id {id:?} is not a number"));
+        return Err(BadReapRequest::TaskId(id.to_string()));
     };
     let body: ReapBody = if body.iter().all(|b| b.is_ascii_whitespace()) {
         ReapBody::default()
     } else {
-        serde_json::from_slice(body).map_err(|err| format!("invalid JSON body: {err}"))?
+        serde_json::from_slice(body).map_err(BadReapRequest::Body)?
     };
     let action = match body.action.as_deref().map(str::parse::<Action>) {
         None => None,
-        Some(Ok(Action::Report)) => {
-            return Err("action must be fail, fault-tolerance or kill".into());
-        }
+        Some(Ok(Action::Report)) => return Err(BadReapRequest::Report),
         Some(Ok(a)) => Some(a),
-        Some(Err(err)) => return Err(err.to_string()),
+        Some(Err(err)) => return Err(err.into()),
     };
     let workflow = match body.workflow.as_deref().map(str::parse::<FollowUp>) {
         None => None,
         Some(Ok(w)) => Some(w),
-        Some(Err(err)) => return Err(err.to_string()),
+        Some(Err(err)) => return Err(err.into()),
     };
     Ok(ReapRequest {
         task_id,
@@ -61,13 +74,18 @@ pub fn parse_reap_request(id: &str, body: &[u8]) -> Result<ReapRequest, String> 
 /// The most records one `GET /api/v1/audit` returns.
 pub const AUDIT_LIMIT_MAX: usize = 10_000;
 
+/// A `limit` that is no count (a 400).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("limit must be a non-negative whole number")]
+pub struct BadLimit;
+
 /// `GET /api/v1/audit?limit=`: 100 when absent, at most [`AUDIT_LIMIT_MAX`],
 /// or the message of a 400.
-pub fn audit_limit(limit: Option<&str>) -> Result<usize, &'static str> {
+pub fn audit_limit(limit: Option<&str>) -> Result<usize, BadLimit> {
     match limit.map(|s| s.trim().parse::<usize>()) {
         None => Ok(100),
         Some(Ok(n)) => Ok(n.min(AUDIT_LIMIT_MAX)),
-        Some(Err(_)) => Err("limit must be a non-negative whole number"),
+        Some(Err(_)) => Err(BadLimit),
     }
 }
 

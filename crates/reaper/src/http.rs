@@ -153,7 +153,7 @@ struct AuditQuery {
 async fn audit(State(e): State<SharedEngine>, Query(q): Query<AuditQuery>) -> Response {
     let limit = match crate::api::audit_limit(q.limit.as_deref()) {
         Ok(n) => n,
-        Err(msg) => return error(StatusCode::BAD_REQUEST, msg),
+        Err(msg) => return error(StatusCode::BAD_REQUEST, msg.to_string()),
     };
     let engine = e.clone();
     match tokio::task::spawn_blocking(move || engine.audit.tail(limit)).await {
@@ -181,7 +181,7 @@ async fn reap(
     }
     let req = match parse_reap_request(&id, &body) {
         Ok(r) => r,
-        Err(msg) => return error(StatusCode::BAD_REQUEST, msg),
+        Err(msg) => return error(StatusCode::BAD_REQUEST, msg.to_string()),
     };
     match e.reap(&req).await {
         Ok(rec) => Json(rec).into_response(),

@@ -220,9 +220,9 @@ pub(super) async fn publish(shared: &Shared, worker: &str, report: AgentReport) 
     let result = if shared.publisher.connected() {
         shared.publisher.publish(worker, &report).await
     } else {
-        Err(crate::publish::PublishError::new(
-            "not connected to the registry",
-        ))
+        Err(crate::publish::PublishError::NotConnected {
+            registry: "the registry".into(),
+        })
     };
     let mut st = lock(&shared.status);
     match result {

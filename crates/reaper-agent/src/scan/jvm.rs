@@ -29,6 +29,52 @@ pub enum WorkerJvm {
     Blind(String),
 }
 
+/// Why a scan does not see the worker's JVM: the scan proves nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JvmUnseen {
+    #[error("the process table is unreadable")]
+    TableUnreadable,
+    #[error(
+        "the worker's heartbeat has not been seen: the agent cannot check \
+         that it sees the worker's JVM"
+    )]
+    NoHeartbeat,
+    /// [`WorkerJvm::Blind`]'s reason.
+    #[error("{0}")]
+    Blind(String),
+    #[error("the worker's node is absent and the agent has not seen its JVM")]
+    AbsentNeverSeen,
+    #[error(
+        "the worker's JVM (processId {pid} of its heartbeat) is not a live process in the \
+         agent's view (a sidecar without shareProcessNamespace, or a container without the \
+         host's PID namespace?)"
+    )]
+    NotLive { pid: i64 },
+    #[error(
+        "the worker's JVM (processId {pid} of its heartbeat) is not a java process in the \
+         agent's view: the pid belongs to another process (a stale identity, or another \
+         PID namespace)"
+    )]
+    NotJava { pid: i64 },
+    #[error(
+        "the java process {pid} started at {started} ms, after the heartbeat's \
+         startupTime {startup} ms (+ clock_skew_tolerance): a reused pid, not the \
+         worker's JVM"
+    )]
+    StartedAfter {
+        pid: i64,
+        started: i64,
+        startup: i64,
+    },
+    #[error(
+        "the java process {pid} is not the one first seen with that pid (it \
+         started at another time): a reused pid, not the worker's JVM"
+    )]
+    NotFirstSeen { pid: i64 },
+    #[error("the worker's node is absent and the JVM last seen (pid {pid}) has ended")]
+    Ended { pid: i64 },
+}
+
 /// How a candidate's start time is checked.
 enum Check {
     /// Against the heartbeat's `startupTime`, or (None) against the start
@@ -44,71 +90,45 @@ impl Scanner {
         &mut self,
         procs: &HashMap<i32, Proc>,
         ms: impl Fn(u64) -> i64,
-    ) -> Result<(i32, u64), String> {
+    ) -> Result<(i32, u64), JvmUnseen> {
         let (pid, check) = match &self.worker {
-            WorkerJvm::Unknown => {
-                return Err(
-                    "the worker's heartbeat has not been seen: the agent cannot check \
-                     that it sees the worker's JVM"
-                        .to_string(),
-                )
-            }
-            WorkerJvm::Blind(why) => return Err(why.clone()),
+            WorkerJvm::Unknown => return Err(JvmUnseen::NoHeartbeat),
+            WorkerJvm::Blind(why) => return Err(JvmUnseen::Blind(why.clone())),
             WorkerJvm::Registered { pid, startup_ms } => (*pid, Check::Startup(*startup_ms)),
             WorkerJvm::Absent => match self.jvm {
                 Some((p, t)) => (i64::from(p), Check::Same(t)),
-                None => {
-                    return Err(
-                        "the worker's node is absent and the agent has not seen its JVM"
-                            .to_string(),
-                    )
-                }
+                None => return Err(JvmUnseen::AbsentNeverSeen),
             },
         };
         let Some((pid32, p)) = i32::try_from(pid)
             .ok()
             .and_then(|p32| procs.get(&p32).map(|p| (p32, *p)))
         else {
-            return Err(format!(
-                "the worker's JVM (processId {pid} of its heartbeat) is not a live process in the \
-                 agent's view (a sidecar without shareProcessNamespace, or a container without the \
-                 host's PID namespace?)"
-            ));
+            return Err(JvmUnseen::NotLive { pid });
         };
         if !self.is_java(pid32, &p) {
-            return Err(format!(
-                "the worker's JVM (processId {pid} of its heartbeat) is not a java process in the \
-                 agent's view: the pid belongs to another process (a stale identity, or another \
-                 PID namespace)"
-            ));
+            return Err(JvmUnseen::NotJava { pid });
         }
         let started = ms(p.start_ticks);
         match check {
             Check::Startup(Some(startup)) => {
                 let skew = i64::try_from(self.clock_skew.as_millis()).unwrap_or(i64::MAX);
                 if started > startup.saturating_add(skew) {
-                    return Err(format!(
-                        "the java process {pid} started at {started} ms, after the heartbeat's \
-                         startupTime {startup} ms (+ clock_skew_tolerance): a reused pid, not the \
-                         worker's JVM"
-                    ));
+                    return Err(JvmUnseen::StartedAfter {
+                        pid,
+                        started,
+                        startup,
+                    });
                 }
             }
             Check::Startup(None) => match self.first_seen {
                 Some((fp, ft)) if fp == pid32 && ft != p.start_ticks => {
-                    return Err(format!(
-                        "the java process {pid} is not the one first seen with that pid (it \
-                         started at another time): a reused pid, not the worker's JVM"
-                    ))
+                    return Err(JvmUnseen::NotFirstSeen { pid })
                 }
                 Some((fp, _)) if fp == pid32 => {}
                 _ => self.first_seen = Some((pid32, p.start_ticks)),
             },
-            Check::Same(ticks) if ticks != p.start_ticks => {
-                return Err(format!(
-                    "the worker's node is absent and the JVM last seen (pid {pid}) has ended"
-                ))
-            }
+            Check::Same(ticks) if ticks != p.start_ticks => return Err(JvmUnseen::Ended { pid }),
             Check::Same(_) => {}
         }
         self.jvm = Some((pid32, p.start_ticks));

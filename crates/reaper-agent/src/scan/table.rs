@@ -2,7 +2,7 @@
 //! and counting what could not be read.
 
 use super::read::Read;
-use super::{Scan, Scanner, Table, FIRST_UNREADABLE};
+use super::{JvmUnseen, Scan, Scanner, Table, FIRST_UNREADABLE};
 use std::collections::HashMap;
 
 impl Scanner {
@@ -36,7 +36,7 @@ impl Scanner {
         &mut self,
         table: &mut Table,
         ms: impl Fn(u64) -> i64,
-    ) -> Result<(), String> {
+    ) -> Result<(), JvmUnseen> {
         let seen = self.verify_jvm(&table.procs, ms).map(|_| ());
         // blind or not, the JVM last verified still parents its tasks
         table.jvm = self

@@ -15,6 +15,8 @@
 //! the daemon's last look.
 
 use super::*;
+use crate::policy::Action;
+use crate::reason::Reason;
 use crate::view::NodeInfo;
 use crate::ViewState;
 use chrono::TimeZone;

@@ -3,6 +3,8 @@
 
 use super::*;
 use crate::agent::{AgentReport, AgentSeen, AgentTask};
+use crate::policy::{Action, FollowUp};
+use crate::reason::Reason;
 use crate::view::NodeInfo;
 use crate::ViewState;
 use chrono::TimeZone;

@@ -1,6 +1,9 @@
 use super::*;
+use crate::brake::BrakeState;
 use crate::policy::Rule;
 use crate::policy::UnseenAbsence;
+use crate::policy::{Action, FollowUp};
+use crate::reason::Reason;
 use crate::view::NodeInfo;
 use crate::ViewState;
 use chrono::TimeZone;

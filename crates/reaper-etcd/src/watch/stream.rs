@@ -20,6 +20,15 @@ pub(super) fn cancel_reason(resp: &WatchResponse) -> String {
     }
 }
 
+/// Why a watch stream is taken for down.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum StreamDown {
+    #[error("etcd did not answer a watch progress request within {0:?}")]
+    Silent(Duration),
+    #[error("the etcd watch stream is closed")]
+    Closed,
+}
+
 /// Keeps asking a watch stream for its progress: a stream that stays silent
 /// for the request timeout after being asked is down, even if its
 /// connection still looks open (a stopped or partitioned server).
@@ -49,20 +58,21 @@ impl Progress {
 
     /// Waits for the next tick, then asks for progress, or fails when the
     /// last request went unanswered for the request timeout. Cancel-safe.
-    pub(crate) async fn check(&mut self, sender: &mut WatchRequestSender) -> Result<(), String> {
+    pub(crate) async fn check(
+        &mut self,
+        sender: &mut WatchRequestSender,
+    ) -> Result<(), StreamDown> {
         self.every.tick().await;
         let rt = self.rt;
         match self.asked {
-            Some(t) if t.elapsed() >= rt => Err(format!(
-                "etcd did not answer a watch progress request within {rt:?}"
-            )),
+            Some(t) if t.elapsed() >= rt => Err(StreamDown::Silent(rt)),
             Some(_) => Ok(()),
             None => match tokio::time::timeout(rt, sender.request_progress()).await {
                 Ok(Ok(())) => {
                     self.asked = Some(Tick::now());
                     Ok(())
                 }
-                _ => Err("the etcd watch stream is closed".into()),
+                _ => Err(StreamDown::Closed),
             },
         }
     }

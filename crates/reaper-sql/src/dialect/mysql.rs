@@ -1,9 +1,8 @@
 //! MySQL/MariaDB: what differs from PostgreSQL, and nothing else.
 
-use super::{not_ready, Dialect, RowOf};
+use super::{end_time_of, not_ready, write_groups, Dialect, RowOf};
 use crate::schema::TASK;
-use crate::sql::{Arg, Sql};
-use crate::write::{end_time_of, write_groups};
+use crate::sql::{Arg, Placeholders, Sql};
 use crate::{SqlError, TaskWrite, WRITE_BATCH};
 use chrono::NaiveDateTime;
 use futures::TryStreamExt;
@@ -50,6 +49,12 @@ fn text(r: &MySqlRow, i: usize) -> Result<Option<String>, sqlx::Error> {
         .map(|b| String::from_utf8_lossy(&b).into_owned()))
 }
 
+impl Placeholders for MySql {
+    fn placeholder(_n: usize, out: &mut String) {
+        out.push('?');
+    }
+}
+
 impl Dialect for MySql {
     type Db = sqlx::MySql;
 
@@ -57,10 +62,6 @@ impl Dialect for MySql {
     const CURRENT_SCHEMA: &'static str = "DATABASE()";
 
     const SET_CHUNK: usize = crate::ID_BATCH;
-
-    fn placeholder(_n: usize, out: &mut String) {
-        out.push('?');
-    }
 
     /// A list of literals (the column's index serves each value): a
     /// thousand placeholders cost the server more to execute than the same
@@ -237,7 +238,7 @@ impl Dialect for MySql {
 /// (the intents' fsync, normally a few milliseconds) before it lets them go.
 const READY_WHILE_LOCKED: Duration = Duration::from_millis(200);
 
-/// [`crate::write::push_sets`] with its two values as literals (a state code, and a time
+/// [`push_sets`](super::push_sets) with its two values as literals (a state code, and a time
 /// formatted here), so that the batch's `UPDATE` has no parameter at all.
 fn push_literal_sets(q: &mut Sql<MySql>, action: Action, code: i32, now: NaiveDateTime) {
     q.push(&format!("state = {code}"));

@@ -1,9 +1,8 @@
 //! PostgreSQL: what differs from MySQL/MariaDB, and nothing else.
 
-use super::{not_ready, Dialect};
+use super::{not_ready, push_sets, write_groups, Dialect};
 use crate::schema::TASK;
-use crate::sql::{Arg, Sql};
-use crate::write::{push_sets, write_groups};
+use crate::sql::{Arg, Placeholders, Sql};
 use crate::{SqlError, TaskWrite};
 use chrono::{NaiveDate, NaiveDateTime, TimeDelta};
 use futures::TryStreamExt;
@@ -34,6 +33,13 @@ fn arguments(args: Vec<Arg>) -> Result<PgArguments, sqlx::Error> {
     Ok(a)
 }
 
+impl Placeholders for Postgres {
+    fn placeholder(n: usize, out: &mut String) {
+        out.push('$');
+        out.push_str(&n.to_string());
+    }
+}
+
 impl Dialect for Postgres {
     type Db = sqlx::Postgres;
 
@@ -42,11 +48,6 @@ impl Dialect for Postgres {
 
     /// One array parameter holds any number of ids.
     const SET_CHUNK: usize = 100_000;
-
-    fn placeholder(n: usize, out: &mut String) {
-        out.push('$');
-        out.push_str(&n.to_string());
-    }
 
     /// `col = ANY($n::int4[])`, planned for the array bound (an unnamed
     /// statement is planned with its values, never generically): PostgreSQL

@@ -88,11 +88,3 @@ pub(crate) fn restart_state_history(existing: Option<&str>, now: NaiveDateTime) 
         _ => None,
     }
 }
-
-/// Whether a 1.x `command_param` names this workflow instance.
-pub(crate) fn param_names_instance(param: &str, wf_id: i64) -> bool {
-    serde_json::from_str::<serde_json::Value>(param)
-        .ok()
-        .and_then(|v| v.get("ProcessInstanceId").cloned())
-        .is_some_and(|v| v.as_i64() == Some(wf_id) || v.as_str() == Some(&wf_id.to_string()))
-}

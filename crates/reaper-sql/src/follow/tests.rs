@@ -204,7 +204,9 @@ fn recover_never_while_a_child_workflow_runs_but_fail_does_not_ask() {
             );
         }
         // the workflow_master_lost recover, the same rows
-        let why = master_failover(line, 10, &wf(1, "m:5678"), &f, now()).unwrap_err();
+        let why = master_failover(line, 10, &wf(1, "m:5678"), &f, now())
+            .unwrap_err()
+            .to_string();
         assert!(why.starts_with("child_workflow_running"), "{line}: {why}");
     }
     let r = decide(

@@ -4,12 +4,13 @@
 //! ([`recover_workflow`]), which writes the same master-failover rows.
 
 use super::{
-    decide, failover_state, fit_command, live_owner, master_failover, param_names_instance,
-    CommandRow, Decision, Facts, WfRow, WfUpdate,
+    decide, failover_state, fit_command, live_owner, master_failover, CommandRow, Decision, Facts,
+    WfRow, WfUpdate,
 };
 use crate::dialect::{Conn, Dialect};
 use crate::schema::{finished_list, names, Catalog, DefCols, COMMAND, SCHEDULES, TASK};
 use crate::sql::{Arg, Sql};
+use crate::workflow::param_names_instance;
 use crate::{FollowUpOutcome, FollowUpRequest, SqlError};
 use chrono::NaiveDateTime;
 use reaper_core::ports::WorkflowOutcome;
@@ -157,7 +158,7 @@ pub(crate) async fn recover_workflow<D: Dialect>(
     };
     let d = match master_failover(line, wf_id, &wf, &facts, now) {
         Ok(d) => d,
-        Err(why) => return Ok(WorkflowOutcome::Skipped(why)),
+        Err(why) => return Ok(WorkflowOutcome::Skipped(why.to_string())),
     };
     match apply::<D>(&mut *tx, line, cat, wf_id, &wf, d, now).await? {
         Applied::Done {

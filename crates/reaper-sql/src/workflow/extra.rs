@@ -93,11 +93,7 @@ async fn queued_among<D: Dialect>(
     ));
     for r in q.fetch_all(c).await? {
         if let Some(p) = D::text(&r, 0)? {
-            out.extend(
-                wfs.iter()
-                    .copied()
-                    .filter(|w| crate::follow::param_names_instance(&p, *w)),
-            );
+            out.extend(wfs.iter().copied().filter(|w| param_names_instance(&p, *w)));
         }
     }
     Ok(out)
@@ -154,4 +150,12 @@ impl Db {
         }
         Ok(())
     }
+}
+
+/// Whether a 1.x `command_param` names this workflow instance.
+pub(crate) fn param_names_instance(param: &str, wf_id: i64) -> bool {
+    serde_json::from_str::<serde_json::Value>(param)
+        .ok()
+        .and_then(|v| v.get("ProcessInstanceId").cloned())
+        .is_some_and(|v| v.as_i64() == Some(wf_id) || v.as_str() == Some(&wf_id.to_string()))
 }

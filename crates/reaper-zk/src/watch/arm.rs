@@ -1,11 +1,24 @@
 //! Arming the persistent recursive watches of one connection.
 
 use super::Watcher;
-use crate::bounded;
+use crate::{bounded, ZkError};
 use reaper_core::registry::LayoutMode;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use zookeeper_client as zk;
+
+/// What ends a connection's watches, to be armed and listed again.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Rewatch {
+    #[error("watching {path}: {source}")]
+    Arm {
+        path: String,
+        #[source]
+        source: ZkError,
+    },
+    #[error("reading DS's failover locks: {0}")]
+    Locks(#[source] ZkError),
+}
 
 impl Watcher {
     /// Arms a watch on every directory of the view and swaps the new
@@ -17,7 +30,7 @@ impl Watcher {
         tx: &mpsc::UnboundedSender<zk::WatchedEvent>,
         mode: LayoutMode,
         agents: Option<&str>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Rewatch> {
         let rt = self.inner.settings.request_timeout;
         // New watches first, then drop the old ones: dropping the last
         // watcher of a path would remove the server-side watch.
@@ -38,8 +51,8 @@ impl Watcher {
             .await
             {
                 Ok(w) => fresh.push(forward(w, tx.clone())),
-                Err(e) => {
-                    failed = Some(format!("watching {path}: {e}"));
+                Err(source) => {
+                    failed = Some(Rewatch::Arm { path, source });
                     break;
                 }
             }

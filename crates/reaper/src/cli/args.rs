@@ -3,6 +3,7 @@
 
 use crate::config;
 use clap::{Parser, Subcommand, ValueEnum};
+use reaper_core::policy::BadValue;
 use reaper_core::{Action, FollowUp};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -80,18 +81,26 @@ pub enum Format {
     Json,
 }
 
-fn parse_dur(s: &str) -> Result<Duration, String> {
+fn parse_dur(s: &str) -> Result<Duration, config::BadDuration> {
     config::parse_duration(s)
 }
 
-pub(super) fn parse_action(s: &str) -> Result<Action, String> {
-    match s.parse::<Action>() {
-        Ok(Action::Report) => Err("reap writes: use fail, fault-tolerance or kill".into()),
-        Ok(a) => Ok(a),
-        Err(e) => Err(e.to_string()),
+/// `reap --action` that is no write.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum BadReapAction {
+    #[error("reap writes: use fail, fault-tolerance or kill")]
+    Report,
+    #[error(transparent)]
+    Unknown(#[from] BadValue),
+}
+
+pub(super) fn parse_action(s: &str) -> Result<Action, BadReapAction> {
+    match s.parse::<Action>()? {
+        Action::Report => Err(BadReapAction::Report),
+        a => Ok(a),
     }
 }
 
-fn parse_followup(s: &str) -> Result<FollowUp, String> {
-    s.parse::<FollowUp>().map_err(|e| e.to_string())
+fn parse_followup(s: &str) -> Result<FollowUp, BadValue> {
+    s.parse::<FollowUp>()
 }

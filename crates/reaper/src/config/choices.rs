@@ -2,6 +2,7 @@
 //! workflow actions, and the reasons and actions a `[[policy.rules]]` entry
 //! can name. Each reads and prints as the word the SPEC uses.
 
+use reaper_core::line::UnknownLine;
 use reaper_core::{Action, DsLine, Reason};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -16,14 +17,12 @@ pub enum VersionSetting {
 }
 
 impl FromStr for VersionSetting {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownLine;
+    fn from_str(s: &str) -> Result<Self, UnknownLine> {
         if s.trim().eq_ignore_ascii_case("auto") {
             return Ok(VersionSetting::Auto);
         }
-        s.parse::<DsLine>()
-            .map(VersionSetting::Line)
-            .map_err(|e| e.to_string())
+        s.parse::<DsLine>().map(VersionSetting::Line)
     }
 }
 
@@ -64,11 +63,16 @@ pub enum AgentWorker {
     Named(String),
 }
 
+/// An empty `agent.worker`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("must be \"auto\" or the worker's registered node name")]
+pub struct NoWorkerName;
+
 impl FromStr for AgentWorker {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = NoWorkerName;
+    fn from_str(s: &str) -> Result<Self, NoWorkerName> {
         match s.trim() {
-            "" => Err("must be \"auto\" or the worker's registered node name".into()),
+            "" => Err(NoWorkerName),
             t if t.eq_ignore_ascii_case("auto") => Ok(AgentWorker::Auto),
             t => Ok(AgentWorker::Named(t.to_string())),
         }

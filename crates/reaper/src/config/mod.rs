@@ -30,7 +30,7 @@ pub mod yarn;
 pub use choices::*;
 pub use redact::{Secret, SecretFile, SecretUrl};
 pub use sections::*;
-pub use values::parse_duration;
+pub use values::{parse_duration, BadDuration};
 
 use ::config::{Map, ValueKind};
 use serde_json::Value;
@@ -280,7 +280,9 @@ fn check_each_key(
             } else if (section.as_str(), key.as_str()) == RULES {
                 return check_rules(value, schema, &mut out);
             } else {
-                probe(section, key, value.clone()).err()
+                probe(section, key, value.clone())
+                    .err()
+                    .map(|e| e.to_string())
             };
             match problem {
                 Some(p) => {
@@ -303,7 +305,7 @@ fn check_rules(rules: &mut Value, schema: &Schema, out: &mut Vec<(String, String
         return match probe(section, key, rules.clone()) {
             Ok(()) => true,
             Err(p) => {
-                out.push((format!("{section}.{key}"), p));
+                out.push((format!("{section}.{key}"), p.to_string()));
                 false
             }
         };
@@ -319,7 +321,9 @@ fn check_rules(rules: &mut Value, schema: &Schema, out: &mut Vec<(String, String
             let problem = if !schema.rule_keys.contains(field) {
                 Some("unknown key".to_string())
             } else {
-                probe(section, key, serde_json::json!([{ field: value }])).err()
+                probe(section, key, serde_json::json!([{ field: value }]))
+                    .err()
+                    .map(|e| e.to_string())
             };
             match problem {
                 Some(p) => {
@@ -334,10 +338,8 @@ fn check_rules(rules: &mut Value, schema: &Schema, out: &mut Vec<(String, String
 }
 
 /// Reads `{section: {key: value}}` into the settings, everything else default.
-fn probe(section: &str, key: &str, value: Value) -> Result<(), String> {
-    serde_json::from_value::<Settings>(serde_json::json!({ section: { key: value } }))
-        .map(drop)
-        .map_err(|e| e.to_string())
+fn probe(section: &str, key: &str, value: Value) -> Result<(), serde_json::Error> {
+    serde_json::from_value::<Settings>(serde_json::json!({ section: { key: value } })).map(drop)
 }
 
 #[cfg(test)]

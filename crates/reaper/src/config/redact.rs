@@ -54,16 +54,21 @@ impl SecretUrl {
     }
 }
 
+/// A database URL of no supported scheme. The message never repeats the URL.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("must be a mysql://, mariadb://, postgres:// or postgresql:// URL")]
+pub struct NotADatabaseUrl;
+
 impl FromStr for SecretUrl {
-    type Err = String;
+    type Err = NotADatabaseUrl;
     /// Only the scheme is checked; the message never repeats the URL.
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, NotADatabaseUrl> {
         let t = s.trim();
         match t.split_once("://") {
             Some(("mysql" | "mariadb" | "postgres" | "postgresql", rest)) if !rest.is_empty() => {
                 Ok(SecretUrl(Secret::new(t)))
             }
-            _ => Err("must be a mysql://, mariadb://, postgres:// or postgresql:// URL".into()),
+            _ => Err(NotADatabaseUrl),
         }
     }
 }
@@ -108,12 +113,14 @@ pub struct SecretFile {
 
 impl SecretFile {
     /// Reads the secret: the file's content without its trailing newline.
-    pub fn read(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    pub fn read(path: &Path) -> Result<Self, BadSecretFile> {
+        let text = std::fs::read_to_string(path).map_err(|why| BadSecretFile::Unreadable {
+            path: path.to_path_buf(),
+            why,
+        })?;
         let s = text.trim_end_matches(['\n', '\r']);
         if s.is_empty() {
-            return Err(format!("{} is empty", path.display()));
+            return Err(BadSecretFile::Empty(path.to_path_buf()));
         }
         Ok(SecretFile {
             path: path.to_path_buf(),
@@ -130,10 +137,19 @@ impl SecretFile {
     }
 }
 
+/// Why a `*_file` key's secret could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum BadSecretFile {
+    #[error("cannot read {}: {why}", .path.display())]
+    Unreadable { path: PathBuf, why: std::io::Error },
+    #[error("{} is empty", .0.display())]
+    Empty(PathBuf),
+}
+
 impl FromStr for SecretFile {
-    type Err = String;
+    type Err = BadSecretFile;
     /// Parsing a path reads the file (see the type's doc).
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, BadSecretFile> {
         SecretFile::read(Path::new(s.trim()))
     }
 }

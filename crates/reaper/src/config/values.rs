@@ -14,10 +14,20 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+/// A value that is not a humantime duration.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("invalid duration {text:?} ({why}); write e.g. \"30s\", \"5m\"")]
+pub struct BadDuration {
+    text: String,
+    why: humantime::DurationError,
+}
+
 /// Parses a humantime duration (`"30s"`, `"5m"`, `"1h 30m"`).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s.trim())
-        .map_err(|e| format!("invalid duration {s:?} ({e}); write e.g. \"30s\", \"5m\""))
+pub fn parse_duration(s: &str) -> Result<Duration, BadDuration> {
+    humantime::parse_duration(s.trim()).map_err(|why| BadDuration {
+        text: s.to_string(),
+        why,
+    })
 }
 
 /// Durations as humantime strings.

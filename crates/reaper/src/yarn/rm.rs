@@ -15,9 +15,31 @@ const MAX_HOPS: usize = 3;
 const MAX_BODY: usize = 1 << 20;
 
 /// Why an RM call came back with no usable answer.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct RmError(String);
+#[derive(Debug, thiserror::Error)]
+pub enum RmError {
+    /// Every configured RM tried: why each gave no answer (`url: why`).
+    #[error("{}", .0.join("; "))]
+    NoAnswer(Vec<String>),
+    #[error("not an application id")]
+    NotAnAppId,
+    #[error("no ResourceManager answered: {0}")]
+    Unreached(Box<RmError>),
+    #[error("the RM refused (403): the user (yarn.user) may not kill it")]
+    Forbidden,
+    #[error("the RM answered HTTP {status}: {body}")]
+    Status {
+        status: u16,
+        body: serde_json::Value,
+    },
+    #[error("the kill was accepted (202) but had not completed in time")]
+    KillPending,
+    #[error("an answer over {MAX_BODY} bytes")]
+    TooLarge,
+    #[error("the answer broke off: {0}")]
+    BrokeOff(reqwest::Error),
+    #[error("an answer that is not JSON: {0}")]
+    NotJson(serde_json::Error),
+}
 
 /// A client of the configured ResourceManagers.
 pub struct Rm {
@@ -141,7 +163,7 @@ impl Rm {
                 return Ok(Answer { status, body });
             }
         }
-        Err(RmError(why.join("; ")))
+        Err(RmError::NoAnswer(why))
     }
 
     /// The application's state as the RM says it; `state: None` when it
@@ -190,7 +212,7 @@ impl Rm {
     /// request again) until it answers 200, within ten request timeouts.
     pub async fn kill(&self, id: &str) -> Result<(), RmError> {
         if !is_app_id(id) {
-            return Err(RmError("not an application id".into()));
+            return Err(RmError::NotAnAppId);
         }
         let path = format!("/ws/v1/cluster/apps/{id}/state");
         let body = serde_json::json!({ "state": "KILLED" });
@@ -200,21 +222,20 @@ impl Rm {
             let a = self
                 .call(reqwest::Method::PUT, &path, Some(&body))
                 .await
-                .map_err(|e| RmError(format!("no ResourceManager answered: {e}")))?;
+                .map_err(|e| RmError::Unreached(Box::new(e)))?;
             match a.status {
                 200 => return Ok(()),
                 202 => {}
-                403 => {
-                    return Err(RmError(
-                        "the RM refused (403): the user (yarn.user) may not kill it".to_string(),
-                    ))
+                403 => return Err(RmError::Forbidden),
+                status => {
+                    return Err(RmError::Status {
+                        status,
+                        body: a.body,
+                    })
                 }
-                s => return Err(RmError(format!("the RM answered HTTP {s}: {}", a.body))),
             }
             if tokio::time::Instant::now() + pause > deadline {
-                return Err(RmError(
-                    "the kill was accepted (202) but had not completed in time".into(),
-                ));
+                return Err(RmError::KillPending);
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_secs(2));
@@ -239,16 +260,12 @@ impl ResourceManager for Rm {
 /// non-JSON body is no answer.
 async fn read_body(mut resp: reqwest::Response) -> Result<serde_json::Value, RmError> {
     if resp.content_length().is_some_and(|n| n > MAX_BODY as u64) {
-        return Err(RmError(format!("an answer over {MAX_BODY} bytes")));
+        return Err(RmError::TooLarge);
     }
     let mut buf = Vec::new();
-    while let Some(chunk) = resp
-        .chunk()
-        .await
-        .map_err(|e| RmError(format!("the answer broke off: {e}")))?
-    {
+    while let Some(chunk) = resp.chunk().await.map_err(RmError::BrokeOff)? {
         if buf.len() + chunk.len() > MAX_BODY {
-            return Err(RmError(format!("an answer over {MAX_BODY} bytes")));
+            return Err(RmError::TooLarge);
         }
         buf.extend_from_slice(&chunk);
     }
@@ -256,7 +273,7 @@ async fn read_body(mut resp: reqwest::Response) -> Result<serde_json::Value, RmE
         // a 202 or a 404 may come with no body at all
         return Ok(serde_json::Value::Null);
     }
-    serde_json::from_slice(&buf).map_err(|e| RmError(format!("an answer that is not JSON: {e}")))
+    serde_json::from_slice(&buf).map_err(RmError::NotJson)
 }
 
 /// Whether `url` is on the origin (scheme, host, port) of the RM `base`.
