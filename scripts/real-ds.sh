@@ -6,8 +6,9 @@
 #   scripts/real-ds.sh [--version V]... [--db mysql|postgres]... [SCENARIO...]
 # Defaults: every version whose jars are in the cache or resolvable (3.1.1 from Maven Central; a
 # version built with tests/real-ds/launch.sh build-from-source, e.g. 3.2.2, once built), mysql, and
-# the scenarios fidelity worker-kill zombie zombie-fail reap sigstop ghost. tests/real-ds/scenarios.py --help
-# says what each checks. A missing Maven artifact or JVM fails the run (never a skip).
+# the scenarios fidelity worker-kill zombie zombie-fail reap sigstop ghost zombie-subprocess leader-handover.
+# tests/real-ds/scenarios.py --help says what each checks; FINDINGS.md §8 and §9 have the table of results.
+# A missing Maven artifact or JVM fails the run (never a skip).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 versions=() dbs=() scen=()
@@ -15,7 +16,7 @@ while [[ $# -gt 0 ]]; do
   case $1 in
   --version) versions+=("$2"); shift 2 ;;
   --db) dbs+=("$2"); shift 2 ;;
-  -h | --help) sed -n '2,10p' "$0"; exit 0 ;;
+  -h | --help) sed -n '2,11p' "$0"; exit 0 ;;
   *) scen+=("$1"); shift ;;
   esac
 done
@@ -28,7 +29,7 @@ if [[ ${#versions[@]} -eq 0 ]]; then
   done
 fi
 [[ ${#dbs[@]} -gt 0 ]] || dbs=(mysql)
-[[ ${#scen[@]} -gt 0 ]] || scen=(fidelity worker-kill zombie zombie-fail reap sigstop ghost)
+[[ ${#scen[@]} -gt 0 ]] || scen=(fidelity worker-kill zombie zombie-fail reap sigstop ghost zombie-subprocess leader-handover)
 
 command -v java >/dev/null || { echo "real-ds: no java on PATH (DS needs a JDK 17)" >&2; exit 1; }
 command -v mvn >/dev/null || { echo "real-ds: no mvn on PATH (DS's jars are resolved with Maven)" >&2; exit 1; }

@@ -11,6 +11,9 @@ controllers of the dev branch (2024-10) and are NOT verified against a running 3
   api.py run [--script 'sleep 600' [--script 'cd /tmp && sleep 600' ...]] [--name NAME] [--tasks N]
         one workflow with max(N, #scripts) parallel SHELL tasks NAME-t1.. (scripts in turn),
         release ONLINE, start it                                              -> prints instance id
+  api.py run-parent [--script 'sleep 600'] [--name NAME]
+        a child workflow NAME-child (one SHELL task) and a parent NAME whose only task NAME-sub is
+        a SUB_PROCESS of it; both released ONLINE, the parent started         -> prints its instance id
   api.py tasks INSTANCE_ID        task instances of a workflow instance (id, name, state, host, pid)
   api.py wait INSTANCE_ID [--state RUNNING_EXECUTION] [--timeout 120]
         poll until every task instance of it is in that state
@@ -85,12 +88,19 @@ class Ds:
         return self.call("GET", f"/projects/{project}/task-definition/gen-task-codes", {"genNum": n})
 
     def create_workflow(self, project, name, tenant, scripts):
-        codes = self.gen_codes(project, len(scripts))
+        """A workflow of parallel SHELL tasks, one per (task name, script)."""
+        return self.create_tasks(project, name, tenant, [
+            (tname, "SHELL", {"localParams": [], "rawScript": script, "resourceList": []})
+            for tname, script in scripts])
+
+    def create_tasks(self, project, name, tenant, specs):
+        """A workflow of parallel tasks, one per (task name, task type, task params)."""
+        codes = self.gen_codes(project, len(specs))
         tasks, rels, locs = [], [], []
-        for i, (code, (tname, script)) in enumerate(zip(codes, scripts)):
+        for i, (code, (tname, ttype, tparams)) in enumerate(zip(codes, specs)):
             tasks.append({
-                "code": code, "version": 1, "name": tname, "description": "", "taskType": "SHELL",
-                "taskParams": {"localParams": [], "rawScript": script, "resourceList": []},
+                "code": code, "version": 1, "name": tname, "description": "", "taskType": ttype,
+                "taskParams": tparams,
                 "flag": "YES", "taskPriority": "MEDIUM", "workerGroup": "default",
                 "failRetryTimes": 0, "failRetryInterval": 1, "timeoutFlag": "CLOSE",
                 "timeoutNotifyStrategy": "", "timeout": 0, "delayTime": 0, "environmentCode": -1,
@@ -171,6 +181,10 @@ def main():
     r.add_argument("--name", default=None)
     r.add_argument("--tasks", type=int, default=1)
     r.add_argument("--worker-group", default="default")
+    rp = sub.add_parser("run-parent")
+    rp.add_argument("--script", default=None, help="the child's SHELL task (default 'sleep 600')")
+    rp.add_argument("--name", default=None)
+    rp.add_argument("--worker-group", default="default")
     t = sub.add_parser("tasks")
     t.add_argument("instance", type=int)
     w = sub.add_parser("wait")
@@ -195,6 +209,16 @@ def main():
         ds.release(project, code)
         inst = ds.start(project, code, a.tenant, a.worker_group)
         print(inst)
+    elif a.cmd == "run-parent":
+        name = a.name or f"reaper-{int(time.time())}"
+        child = ds.create_workflow(project, f"{name}-child", a.tenant, [(f"{name}-child-t1", a.script or "sleep 600")])
+        ds.release(project, child)
+        # 3.1 / 3.2 SubProcessParameters: the child's definition code
+        parent = ds.create_tasks(project, name, a.tenant, [
+            (f"{name}-sub", ds.wf("SUB_PROCESS", "SUB_WORKFLOW"),
+             {"localParams": [], "resourceList": [], ds.wf("processDefinitionCode", "workflowDefinitionCode"): child})])
+        ds.release(project, parent)
+        print(ds.start(project, parent, a.tenant, a.worker_group))
     elif a.cmd == "tasks":
         for x in ds.tasks(project, a.instance):
             print(json.dumps({k: x.get(k) for k in ("id", "name", "taskType", "state", "host", "pid", "flag",

@@ -21,6 +21,17 @@ Scenarios (one DS cluster per run: 1 master, 2 workers, the API server; launch.s
   ghost        kill -9 of a busy worker's JVM: DS fails the task over and its process lives on; with the
                worker back, the agent's listing makes it a ghost, killed on the daemon's order (policy
                kill, agent.allow_kill); the new attempt runs on; no DS row written
+  zombie-subprocess
+               a parent workflow whose SUB_PROCESS child runs a long SHELL task; the master owning both and
+               the child's worker host die together: ds-reaper hands the child back but holds the parent
+               (its SUB_PROCESS row live, no recover: child_workflow_running, in API and audit) while the
+               child runs; with the master back the parent ends no earlier than its child (SPEC §13)
+  leader-handover
+               two ds-reaper replicas; the zombie of `zombie`; the leader, held by the test-only fault point
+               DS_REAPER_TEST_PAUSE_AFTER=task_write after its task write, is killed with kill -9 before its
+               workflow step; the standby leads and recovers the workflow after grace_period (15 s), not
+               workflow_grace_period (15 m); DS completes it; the killed replica, restarted, closes its
+               dangling intent as done (SPEC §10, §13)
 
 Exit status 1 when any scenario fails. Python 3 stdlib only; nothing of DS's is written by hand:
 workflows go through DS's REST API (api.py), DS's rows are only read.
@@ -45,8 +56,9 @@ ZK = os.environ.get("ZK", "127.0.0.1:2181")
 # DS's registry namespace for these runs: the shared ZooKeeper also serves the other tests, none of
 # which may see (or be seen by) this cluster
 NAMESPACE = "ds-reaper-realds"
-REAPER_PORT = 25300
-AGENT_PORT = 25310
+# launch.sh's default port base; another base makes a run of its own (name, database, namespace, ports)
+# that can run beside one on the default base (the test command's)
+PORT_BASE = 25000
 TERMINAL = {"SUCCESS": 7, "FAILURE": 6, "KILL": 9}
 
 
@@ -85,10 +97,13 @@ def sh(*args, check_rc=True, capture=True, timeout=900):
 class Cluster:
     """A real DS run made by launch.sh: 1 master, 2 workers, the API server."""
 
-    def __init__(self, version, db, offline):
-        self.v, self.db, self.offline = version, db, offline
-        self.name = f"scen-{version.replace('.', '')}-{db}"
-        self.dbname = f"dsreal_scen_{version.replace('.', '')}_{db}"
+    def __init__(self, version, db, offline, port_base=PORT_BASE):
+        self.v, self.db, self.offline, self.pb = version, db, offline, port_base
+        own = "" if port_base == PORT_BASE else f"-p{port_base}"
+        self.name = f"scen-{version.replace('.', '')}-{db}{own}"
+        self.dbname = f"dsreal_scen_{version.replace('.', '')}_{db}{own.replace('-', '_')}"
+        self.ns = NAMESPACE + own
+        self.reaper_port, self.agent_port = port_base + 300, port_base + 310
         self.dir = DS_RUNS / self.name
         self.registered_s = None
 
@@ -97,7 +112,7 @@ class Cluster:
         sh("bash", LAUNCH, "resolve", self.v, *(["--offline"] if self.offline else []))
         sh("bash", LAUNCH, "schema", self.v, self.db, self.dbname)
         sh("bash", LAUNCH, "start", self.v, "--db", self.db, "--dbname", self.dbname, "--name", self.name,
-           "--masters", "1", "--workers", "2", "--namespace", NAMESPACE)
+           "--masters", "1", "--workers", "2", "--namespace", self.ns, "--port-base", str(self.pb))
         t0 = time.monotonic()
         sh("bash", LAUNCH, "wait-registered", self.name, "--timeout", "600")
         self.registered_s = round(time.monotonic() - t0)
@@ -106,16 +121,14 @@ class Cluster:
     def down(self):
         sh("bash", LAUNCH, "stop-all", self.name, check_rc=False)
 
-    @staticmethod
-    def worker_node(i):
-        return f"127.0.0.1:{25100 + 10 * i}"
+    def worker_node(self, i):
+        return f"127.0.0.1:{self.pb + 100 + 10 * i}"
 
-    @staticmethod
-    def master_node(i):
-        return f"127.0.0.1:{25000 + 10 * i}"
+    def master_node(self, i):
+        return f"127.0.0.1:{self.pb + 10 * i}"
 
     def worker_index(self, host):
-        return (int(host.rsplit(":", 1)[1]) - 25100) // 10
+        return (int(host.rsplit(":", 1)[1]) - self.pb - 100) // 10
 
     def pid(self, server):
         try:
@@ -149,6 +162,30 @@ class Cluster:
         rows = self.sql(f"select state from t_ds_process_instance where id = {wf}")
         return int(rows[0][0]) if rows else None
 
+    def workflow(self, wf):
+        """A workflow row: state, host, end_time (a string, the database's own precision) or None."""
+        rows = self.sql(f"select state, host, end_time from t_ds_process_instance where id = {wf}")
+        return dict(state=int(rows[0][0]), host=rows[0][1], end=rows[0][2]) if rows else None
+
+    def master_log_since(self, since, *needles):
+        """master-1's log lines stamped at or after `since` (UTC 'YYYY-MM-DD HH:MM:SS') holding every needle;
+        each starts with its timestamp."""
+        out = []
+        for f in sorted((self.dir / "master-1" / "logs").glob("dolphinscheduler-master*.log")):
+            for line in f.read_text(errors="replace").splitlines():
+                parts = line.split(" ", 3)
+                if len(parts) < 4 or f"{parts[1]} {parts[2]}" < since:
+                    continue
+                if all(n in line for n in needles):
+                    out.append(f"{parts[1]} {parts[2]} {parts[3]}")
+        return out
+
+    def children(self, parent):
+        """The child workflow instances of `parent` (DS's parent-child relation): (parent task, child) ids."""
+        rows = self.sql("select parent_task_instance_id, process_instance_id from t_ds_relation_process_instance "
+                        f"where parent_process_instance_id = {parent} order by id")
+        return [(int(r[0]), int(r[1])) for r in rows if r[1] and int(r[1]) > 0]
+
     def commands(self):
         return self.sql("select id, command_type, process_instance_id from t_ds_command order by id")
 
@@ -159,7 +196,8 @@ class Cluster:
                 self.commands())
 
     def api(self, *args):
-        r = sh("python3", str(HERE / "api.py"), "--ds-version", self.v, *args)
+        r = sh("python3", str(HERE / "api.py"), "--ds-version", self.v,
+               "--url", f"http://127.0.0.1:{self.pb + 200}/dolphinscheduler", *args)
         return r.stdout.strip()
 
     def run_workflow(self, name, scripts):
@@ -215,9 +253,13 @@ class Cluster:
 class Reaper:
     """ds-reaper (daemon) and its agents on the DS run's workers."""
 
-    def __init__(self, binary, cluster, policy, tag, grace="15s", allow_kill=False):
+    def __init__(self, binary, cluster, policy, tag, grace="15s", allow_kill=False,
+                 workflow_grace="20s", port=None, env=None):
         self.bin, self.c, self.policy, self.grace = binary, cluster, policy, grace
-        self.allow_kill = allow_kill
+        self.allow_kill, self.workflow_grace = allow_kill, workflow_grace
+        self.port = port or cluster.reaper_port
+        # the daemon's extra environment (a test-only fault point, leader-handover)
+        self.env = env or {}
         self.dir = cluster.dir / f"reaper-{tag}"
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir(parents=True)
@@ -235,7 +277,7 @@ time_zone = "UTC"
 type = "zookeeper"
 [zookeeper]
 connect = "{ZK}"
-root = "/{NAMESPACE}"
+root = "/{self.c.ns}"
 session_timeout = "30s"
 [database]
 url = "{self.c.db_url()}"
@@ -246,12 +288,12 @@ grace_period = "{self.grace}"
 startup_settle = "5s"
 process_gone_after = "20s"
 agent_stale_after = "20s"
-workflow_grace_period = "20s"
+workflow_grace_period = "{self.workflow_grace}"
 ghost_after = "10s"
 [policy]
 {pol}
 [http]
-listen = "127.0.0.1:{REAPER_PORT}"
+listen = "127.0.0.1:{self.port}"
 [audit]
 path = "{self.dir / 'audit.jsonl'}"
 [log]
@@ -265,27 +307,38 @@ level = "info"
 type = "zookeeper"
 [zookeeper]
 connect = "{ZK}"
-root = "/{NAMESPACE}"
+root = "/{self.c.ns}"
 [agent]
-worker = "{Cluster.worker_node(i)}"
+worker = "{self.c.worker_node(i)}"
 exec_base = "{self.c.dir / f'worker-{i}' / 'data'}"
 scan_interval = "2s"
-listen = "127.0.0.1:{AGENT_PORT + i}"
+listen = "127.0.0.1:{self.c.agent_port + i}"
 {kill}[log]
 format = "pretty"
 level = "info"
 """
 
-    def spawn(self, cfg, cmd, log):
+    def spawn(self, cfg, cmd, log, env=None):
         out = open(log, "ab")
         return subprocess.Popen([self.bin, "--config", str(cfg), cmd], stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+                                stdin=subprocess.DEVNULL, env=dict(os.environ, **(env or {})))
 
-    def start(self, agents=(1, 2)):
+    def start(self, agents=(1, 2), env=None):
         for i in agents:
             self.start_agent(i)
-        self.daemon = self.spawn(self.cfg, "run", self.dir / "daemon.log")
+        self.daemon = self.spawn(self.cfg, "run", self.dir / "daemon.log", self.env if env is None else env)
         wait_for("ds-reaper /readyz", lambda: self.status_code("/readyz") == 200, 120, 1)
+
+    def log(self):
+        p = self.dir / "daemon.log"
+        return p.read_text(errors="replace") if p.exists() else ""
+
+    def leader(self):
+        """Whether this replica says it leads (None while it does not answer)."""
+        try:
+            return bool(self.get("/api/v1/status").get("leader"))
+        except (OSError, ValueError):
+            return None
 
     def start_agent(self, i):
         cfg = self.dir / f"agent-{i}.toml"
@@ -308,7 +361,8 @@ level = "info"
             except subprocess.TimeoutExpired:
                 self.daemon.kill()
 
-    def status_code(self, path, port=REAPER_PORT):
+    def status_code(self, path, port=None):
+        port = port or self.port
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
                 return r.status
@@ -317,14 +371,15 @@ level = "info"
         except OSError:
             return None
 
-    def get(self, path, port=REAPER_PORT):
+    def get(self, path, port=None):
+        port = port or self.port
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
             return json.loads(r.read().decode())
 
     def agent_tasks(self, i):
         """Task ids the agent of worker i listed in its latest report (None before its first)."""
         try:
-            st = self.get("/", AGENT_PORT + i)
+            st = self.get("/", self.c.agent_port + i)
         except OSError:
             return None
         rep = st.get("report")
@@ -597,8 +652,197 @@ def s_ghost(c, binary):
         cancel_running(c)
 
 
+def host_null(h):
+    """DS's failover mark: the 4-character string 'NULL' (the mysql client prints it as it prints SQL NULL)."""
+    return h in (None, "", "NULL")
+
+
+def audit_text(records):
+    """Every string an audit record carries, for a substring check."""
+    return [json.dumps(a) for a in records]
+
+
+def s_zombie_subprocess(c, binary):
+    """SPEC §13 "a parent never ends before its child" (issue 39 item 13): a parent workflow whose
+    SUB_PROCESS task's child runs a long SHELL task; the master owning both and the worker running
+    the child's task die together (kill -9). ds-reaper (fault-tolerance + recover) writes the child's
+    task and hands the child back, but leaves the parent's SUB_PROCESS row live and the parent with
+    its master while the child is non-terminal (child_workflow_running), in the audit too. Then the
+    master (and worker) start again, and from DS's rows: the parent ends no earlier than its child."""
+    parent = int(c.api("run-parent", "--name", "zsub", "--script", "sleep 60"))
+    pair = wait_for(f"a child of workflow {parent}", lambda: c.children(parent), 300)
+    sub_id, child = pair[0]
+    task = wait_for(f"child workflow {child}'s task to run on a worker",
+                    lambda: next((t for t in c.tasks() if t["wf"] == child and t["state"] == 1 and t["host"]), None),
+                    300)
+    sub = [t for t in c.tasks() if t["id"] == sub_id][0]
+    check(sub["state"] == 1 and sub["host"] == c.master_node(1), f"the SUB_PROCESS row: {sub}")
+    wi = c.worker_index(task["host"])
+    r = Reaper(binary, c, RECOMMENDED, "zombiesub")
+    try:
+        r.start()
+        say(f"parent {parent} (SUB_PROCESS task {sub_id}) -> child {child}, its task {task['id']} on worker-{wi}; "
+            "killing that host and master-1 together")
+        r.stop_agent(wi, signal.SIGKILL)
+        c.kill_host(f"worker-{wi}")
+        c.stop("master-1", "KILL")
+        t0 = time.monotonic()
+        # the child is handed back by the task's follow-up or as a workflow finding of its own,
+        # whichever grace ends first
+        wait_for(f"ds-reaper's recover of child {child} (its task {task['id']} written)",
+                 lambda: [a for a in r.audit() if a.get("event") == "done" and (a.get("task_id") == task["id"] or (
+                     a.get("kind") == "workflow" and a.get("workflow_instance_id") == child))]
+                 and host_null(c.workflow(child)["host"]), 240)
+        wrote_s = round(time.monotonic() - t0)
+
+        def held():
+            zs = [z for z in r.get("/api/v1/zombies").get("zombies", []) if z.get("task_id") == sub_id]
+            ws = [w for w in r.get("/api/v1/workflows").get("workflows", []) if w.get("workflow_instance_id") == parent]
+            ok = zs and "child_workflow_running" in (zs[0].get("note") or "") and \
+                ws and ws[0].get("action") == "report" and "child_workflow_running" in (ws[0].get("note") or "")
+            return (zs[0], ws[0]) if ok else None
+        z_sub, w_parent = wait_for("the parent's hold (SUB_PROCESS zombie and parent finding, child_workflow_running)",
+                                   held, 240)
+        hold_s = round(time.monotonic() - t0)
+        # The hold lasts: for a while, with the child still not ended, the parent's rows stay as DS left them.
+        for _ in range(10):
+            time.sleep(3)
+            s_row = [t for t in c.tasks() if t["id"] == sub_id][0]
+            p_row = c.workflow(parent)
+            check(s_row["state"] == 1 and s_row["flag"] == 1, f"the SUB_PROCESS row was written: {s_row}")
+            check(p_row["host"] == c.master_node(1), f"the parent was handed back: {p_row}")
+            check(not [x for x in c.commands() if x[2] and int(x[2]) == parent], f"a command for the parent: {c.commands()}")
+        ch = c.workflow(child)
+        check(ch["state"] not in TERMINAL.values(), f"the child ended before the master came back: {ch}")
+        written = [a for a in r.writes() if a.get("task_id") == sub_id or
+                   (a.get("kind") == "workflow" and a.get("workflow_instance_id") == parent)]
+        check(not written, f"ds-reaper wrote the parent's rows: {written}")
+        hold_audit = [a for a in r.audit() if a.get("event") == "detected" and "child_workflow_running" in json.dumps(a)
+                      and (a.get("task_id") == sub_id or a.get("workflow_instance_id") == parent)]
+        check(hold_audit, "no audit record shows the hold: " + "; ".join(audit_text(r.audit()))[-1500:])
+        say(f"held at {hold_s}s: SUB_PROCESS {z_sub.get('reason')} / parent {w_parent.get('reason')}; "
+            f"child {child} state {ch['state']} host {ch['host']}; restarting master-1 and worker-{wi}")
+        restarted = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
+        c.restart("master-1")
+        c.restart(f"worker-{wi}")
+        r.start_agent(wi)
+        c.wait_registered()
+        t1 = time.monotonic()
+        wait_for(f"parent {parent} and child {child} to end",
+                 lambda: all(c.workflow(x)["state"] in TERMINAL.values() for x in (parent, child)), 600, 3)
+        end_s = round(time.monotonic() - t1)
+        p_row, ch = c.workflow(parent), c.workflow(child)
+        kids = c.children(parent)
+        rows = [t for t in c.tasks() if t["wf"] in {parent} | {k for _, k in kids}]
+        say(f"parent {p_row}, child {ch}, children {kids}, rows {rows}")
+        check(p_row["state"] == 7 and ch["state"] == 7, f"parent {p_row}, child {ch}")
+        written = [a for a in r.writes() if a.get("task_id") == sub_id or
+                   (a.get("kind") == "workflow" and a.get("workflow_instance_id") == parent)]
+        check(not written, f"ds-reaper wrote the parent's rows: {written}")
+        later = [k for _, k in kids if (c.workflow(k)["end"] or "") > (p_row["end"] or "")]
+        order = f"child ended {ch['end']}, parent {p_row['end']}"
+        if later:
+            # DS 3.1.1 (FINDINGS §9): a starting master fails over the workflows of its previous
+            # incarnation, the held parent too: its SUB_PROCESS row to NEED_FAULT_TOLERANCE, which the
+            # recovered parent takes for complete -> SUCCESS at once. Only DS may have done that.
+            s_row = [t for t in c.tasks() if t["id"] == sub_id][0]
+            by_ds = c.master_log_since(restarted, f"[WorkflowInstance-{parent}]", "WorkflowInstance failover finished")
+            check(by_ds and s_row["state"] == 8,
+                  f"the parent ended ({p_row['end']}) before its child(ren) {later}, not by DS's own master "
+                  f"failover: SUB_PROCESS row {s_row}, {[(k, c.workflow(k)) for k in later]}")
+            order += (f": the parent first, by DS's own master failover at restart ({by_ds[0][:23]}; "
+                      "its SUB_PROCESS row left NEED_FAULT_TOLERANCE, flag 1)")
+        return (f"child's task written {wrote_s}s after the deaths; parent held (child_workflow_running, API and "
+                f"audit) from {hold_s}s, nothing of it written; after the restart {order}; both SUCCESS "
+                f"({end_s}s); {len(kids)} child instance(s)")
+    finally:
+        r.stop()
+        cancel_running(c)
+
+
+PAUSE_ENV = "DS_REAPER_TEST_PAUSE_AFTER"
+
+
+def s_leader_handover(c, binary):
+    """SPEC §13 "a follow-up survives a change of leader" (issue 39 item 14): two replicas elect a
+    leader on the registry. The zombie of `zombie` (worker host and master killed together); the
+    leader, held by its test-only fault point right after its task write (DS_REAPER_TEST_PAUSE_AFTER
+    =task_write), is killed with kill -9 before its workflow step. The standby takes the lead and
+    recovers the workflow after grace_period (15 s), not workflow_grace_period (15 m here); DS's
+    master, started again, completes the workflow. The killed replica, started again, closes its
+    dangling task intent as done from the row."""
+    wf = c.run_workflow("handover", ["sleep 45"])
+    task = [t for t in c.tasks() if t["wf"] == wf][0]
+    wi = c.worker_index(task["host"])
+    a = Reaper(binary, c, RECOMMENDED, "handover-a", workflow_grace="15m", env={PAUSE_ENV: "task_write"})
+    b = Reaper(binary, c, RECOMMENDED, "handover-b", workflow_grace="15m", port=c.reaper_port + 1)
+    try:
+        a.start()
+        wait_for("replica A to lead", lambda: a.leader(), 120, 1)
+        b.start(agents=())
+        check(b.leader() is False, "replica B leads beside A")
+        say(f"A leads, B stands by; task {task['id']} runs on worker-{wi}; killing that host and master-1 together")
+        a.stop_agent(wi, signal.SIGKILL)
+        c.kill_host(f"worker-{wi}")
+        c.stop("master-1", "KILL")
+        t0 = time.monotonic()
+        wait_for("A's task write, held before its workflow step",
+                 lambda: "test fault point reached" in a.log()
+                 and [t for t in c.tasks() if t["id"] == task["id"]][0]["state"] == 8, 240)
+        held_s = round(time.monotonic() - t0)
+        check(c.workflow(wf)["host"] == c.master_node(1) and not c.commands(),
+              f"A's workflow step was made: {c.workflow(wf)}, commands {c.commands()}")
+        a.daemon.send_signal(signal.SIGKILL)
+        a.daemon.wait(30)
+        t_kill = time.monotonic()
+        say(f"A held after its task write {held_s}s after the deaths; kill -9 of A")
+        wait_for("B to lead", lambda: b.leader(), 180, 1)
+        lead_s = round(time.monotonic() - t_kill)
+        done = wait_for("B's recover of the workflow",
+                        lambda: [x for x in b.audit() if x.get("kind") == "workflow" and x.get("event") == "done"
+                                 and x.get("workflow_instance_id") == wf], 300)
+        rec_s = round(time.monotonic() - t_kill)
+        ev = done[0].get("evidence") or {}
+        check(done[0].get("reason") == "workflow_master_lost" and ev.get("resumed_tasks") == 1,
+              f"B's recover record: {done[0]}")
+        # workflow_grace_period is 15 m: a recover within minutes of the deaths came from grace_period
+        check(held_s + rec_s < 450, f"B recovered {held_s + rec_s}s after the deaths: not within grace_period")
+        w = c.workflow(wf)
+        cmds = [x for x in c.commands() if x[2] and int(x[2]) == wf]
+        check(host_null(w["host"]) and len(cmds) == 1 and int(cmds[0][1]) == 2, f"workflow {w}, commands {cmds}")
+        check(not [x for x in b.writes() if x.get("kind") == "task"], f"B wrote a task: {b.writes()}")
+        say(f"B led {lead_s}s after the kill and recovered at {rec_s}s ({done[0].get('detail')}); restarting A")
+        a.start(agents=(), env={})
+        closed = wait_for("A to close its dangling task intent",
+                          lambda: [x for x in a.audit() if x.get("task_id") == task["id"] and x.get("event") == "done"],
+                          120)
+        check("interrupted" in (closed[0].get("detail") or ""), f"A's closing record: {closed[0]}")
+        check(not [x for x in a.audit() if x.get("kind") == "workflow" and x.get("event") in ("intent", "done")],
+              f"A wrote a workflow step: {a.audit()}")
+        c.restart("master-1")
+        c.restart(f"worker-{wi}")
+        a.start_agent(wi)
+        c.wait_registered()
+        t1 = time.monotonic()
+        wait_for("a master to take B's command", lambda: not c.commands(), 300, 2)
+        wait_for(f"workflow {wf} to end", lambda: c.workflow_state(wf) in TERMINAL.values(), 420, 3)
+        end_s = round(time.monotonic() - t1)
+        rows = [t for t in c.tasks() if t["wf"] == wf]
+        check(c.workflow_state(wf) == 7, f"workflow {wf} ended in state {c.workflow_state(wf)}; rows {rows}")
+        live = [t for t in rows if t["flag"] == 1]
+        check(len(live) == 1 and live[0]["state"] == 7, f"task rows after the recovery: {rows}")
+        return (f"A held after its task write {held_s}s after the deaths, killed; B led {lead_s}s and recovered "
+                f"{rec_s}s after the kill (resumed_tasks 1, workflow_grace_period 15m); A closed its intent as done; "
+                f"SUCCESS {end_s}s after the restart")
+    finally:
+        a.stop()
+        b.stop()
+        cancel_running(c)
+
+
 SCENARIOS = {"fidelity": s_fidelity, "worker-kill": s_worker_kill, "zombie": s_zombie,
-             "zombie-fail": s_zombie_fail, "reap": s_reap, "sigstop": s_sigstop, "ghost": s_ghost}
+             "zombie-fail": s_zombie_fail, "reap": s_reap, "sigstop": s_sigstop, "ghost": s_ghost,
+             "zombie-subprocess": s_zombie_subprocess, "leader-handover": s_leader_handover}
 
 
 def main():
@@ -607,6 +851,9 @@ def main():
     ap.add_argument("--db", default="mysql", choices=["mysql", "postgres"])
     ap.add_argument("--bin", default=str(REPO / "target" / "debug" / "ds-reaper"))
     ap.add_argument("--offline", action="store_true")
+    ap.add_argument("--port-base", type=int, default=int(os.environ.get("REAL_DS_PORT_BASE", PORT_BASE)),
+                    help="DS's ports from here (launch.sh --port-base), ds-reaper's at +300, its agents' at +310; "
+                         "another base than 25000 is a run of its own (name, database, ZooKeeper namespace)")
     ap.add_argument("--keep", action="store_true", help="leave the cluster running")
     ap.add_argument("--table", help="append the table rows (TSV) to this file")
     ap.add_argument("scenario", nargs="*", default=["fidelity", "zombie"])
@@ -620,7 +867,7 @@ def main():
         if not shutil.which(tool):
             sys.exit(f"[scenario] ERROR: no {tool} on PATH: the real-DS tier needs a JDK 17, Maven and unzip "
                      "(deploy/dev/services.sh installs them)")
-    c = Cluster(a.version, a.db, a.offline)
+    c = Cluster(a.version, a.db, a.offline, a.port_base)
     results = []
     t_all = time.monotonic()
     try:

@@ -16,6 +16,7 @@ mod anomalies;
 pub mod driver;
 mod effects;
 mod error;
+mod fault;
 #[cfg(test)]
 mod ghost_tests;
 mod ghosts;
@@ -32,6 +33,8 @@ mod tests;
 mod tests_anomalies;
 #[cfg(test)]
 mod tests_effects;
+#[cfg(test)]
+mod tests_holds;
 #[cfg(test)]
 mod tests_resume;
 mod workflows;

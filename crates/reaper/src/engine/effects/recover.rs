@@ -29,6 +29,8 @@ impl Engine {
         r.from_state = Some(f.state_name.clone());
         r.action = Some(f.action.as_str().to_string());
         r.ds_line = Some(line.as_str().to_string());
+        // why a recover is held (child_workflow_running, ...), as for tasks
+        r.detail = f.note.clone();
         r
     }
 

@@ -80,6 +80,9 @@ impl Engine {
         r.action = Some(z.action.as_str().to_string());
         r.workflow = Some(z.workflow.as_str().to_string());
         r.ds_line = Some(line.as_str().to_string());
+        // why the action or follow-up is held (child_workflow_running, ...):
+        // the trail says it, not only the API (SPEC §5, §13)
+        r.detail = z.note.clone();
         r
     }
 
@@ -282,6 +285,10 @@ impl Engine {
             notes.push(n.clone());
         }
         let queue = line == DsLine::V1_2 && z.action == Action::Fail;
+        if z.workflow != FollowUp::None {
+            // test-only (tests/real-ds leader-handover); inert unless armed
+            crate::engine::fault::pause_after(crate::engine::fault::FaultPoint::TaskWrite).await;
+        }
         if queue || z.workflow != FollowUp::None {
             // SPEC §4.1: checked again right before each follow-up.
             if let Err(why) = self.gate_open(gate) {
