@@ -4,9 +4,12 @@
 # masters) with two ds-reaper replicas electing a leader, on a private
 # ZooKeeper and a private MariaDB (the shared services are never restarted).
 # Faults are drawn from the seed; an oracle checks every row change and every
-# command against the truth and prints faults by kind, zombies reaped, misses
-# (each explained) and wrong writes (each with its history). Exits non-zero on
-# any wrong write.
+# command against the truth and prints faults by kind (with ds-reaper's kills
+# of the tasks each made), zombies reaped, misses (each explained), wrong writes
+# and wrong kills (each with its history), and a `summary seed N:` line. Faults
+# include a second worker on a worker's host and exec base (`shared_host`) and
+# listed processes without a row (`missing_row`); ghosts are killed
+# (`ghost_process = "kill"`). Exits non-zero on any wrong write or kill.
 #   scripts/soak.sh [--duration 3m] [--seed N] [other ds-sim soak options]
 #   SOAK_SEEDS="1 2 3" scripts/soak.sh --duration 3m   (one soak per seed, in turn)
 set -euo pipefail

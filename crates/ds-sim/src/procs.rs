@@ -336,6 +336,143 @@ impl JvmStandIn {
     }
 }
 
+/// A worker-JVM stand-in that starts task processes when asked, as a worker
+/// JVM does over its life (the soak's second worker on a shared host): a
+/// process named `java` (a copy of `/bin/sh`), leading a process group of
+/// its own, that reads one directory a line from its stdin and starts a
+/// child there (`sleep` with that working directory). It ends with its
+/// stdin (the simulator); [`JvmWorker::kill`] or drop kills its whole group.
+pub struct JvmWorker {
+    child: Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+    ended: bool,
+    _dir: tempfile::TempDir,
+}
+
+impl JvmWorker {
+    pub fn start() -> io::Result<JvmWorker> {
+        let dir = tempfile::Builder::new().prefix("ds-sim-jvm-").tempdir()?;
+        let java = dir.path().join("java");
+        std::fs::copy("/bin/sh", &java)?;
+        // `$!` is the subshell's pid, which `exec` keeps for the task process
+        let script = "while read -r d; do (cd \"$d\" && exec sleep 86400) & echo $!; done";
+        let mut tries = 0;
+        let mut child = loop {
+            let spawned = Command::new(&java)
+                .args(["-c", script])
+                .current_dir(dir.path())
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .process_group(0)
+                .spawn();
+            match spawned {
+                // see TaskProcess::spawn
+                Err(e) if e.kind() == io::ErrorKind::ExecutableFileBusy && tries < 50 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                other => break other?,
+            }
+        };
+        let stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| io::Error::other("no stdin"))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| io::Error::other("no stdout"))?;
+        Ok(JvmWorker {
+            child,
+            stdin,
+            stdout: std::io::BufReader::new(stdout),
+            ended: false,
+            _dir: dir,
+        })
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Starts a task process (a child of the stand-in) working in `dir`.
+    pub fn run_in(&mut self, dir: &Path) -> io::Result<ChildProcess> {
+        use std::io::{BufRead, Write};
+        writeln!(self.stdin, "{}", dir.display())?;
+        self.stdin.flush()?;
+        let mut line = String::new();
+        self.stdout.read_line(&mut line)?;
+        let pid: i32 = line
+            .trim()
+            .parse()
+            .map_err(|_| io::Error::other(format!("the stand-in said {line:?}")))?;
+        let start_ticks = start_ticks(pid)
+            .ok_or_else(|| io::Error::other(format!("task process {pid} gone at once")))?;
+        Ok(ChildProcess { pid, start_ticks })
+    }
+
+    /// Kills the stand-in and every task process it started (its group).
+    pub fn kill(&mut self) {
+        if self.ended {
+            return;
+        }
+        self.ended = true;
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.child.id())])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for JvmWorker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A task process another process started (a [`JvmWorker`]'s child),
+/// known by pid and start time, so that a reused pid is never taken for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChildProcess {
+    pub pid: i32,
+    pub start_ticks: u64,
+}
+
+impl ChildProcess {
+    /// Whether it still runs (a zombie does not).
+    pub fn is_running(&self) -> bool {
+        start_ticks(self.pid) == Some(self.start_ticks)
+    }
+
+    /// SIGKILL, if it is still the same process.
+    pub fn kill(&self) {
+        if self.is_running() {
+            let _ = Command::new("kill")
+                .args(["-KILL", &self.pid.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// A live (not zombie) process's start time in clock ticks after boot.
+pub fn start_ticks(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    if matches!(f.first(), Some(&"Z") | Some(&"X")) {
+        return None;
+    }
+    // field 22 of stat; the first after the name is field 3
+    f.get(19)?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -429,5 +566,35 @@ mod tests {
             std::thread::sleep(Duration::from_millis(20));
         }
         assert!(!t.is_running());
+    }
+
+    #[test]
+    fn a_jvm_worker_starts_task_processes_as_its_children_when_asked() {
+        let base = ExecBase::new().unwrap();
+        let dir = base.execute_path(DsLine::V3_2, 3, 4).unwrap();
+        let mut jvm = JvmWorker::start().unwrap();
+        let t = jvm.run_in(&dir).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while cwd_of(t.pid) != Some(dir.clone()) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(cwd_of(t.pid), Some(dir));
+        assert!(children(jvm.pid()).contains(&t.pid));
+        assert!(t.is_running());
+        t.kill();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while t.is_running() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!t.is_running(), "killed (a zombie counts as gone)");
+        let other = jvm
+            .run_in(&base.execute_path(DsLine::V3_2, 3, 5).unwrap())
+            .unwrap();
+        jvm.kill();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while other.is_running() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!other.is_running(), "dies with the stand-in");
     }
 }

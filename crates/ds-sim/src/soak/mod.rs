@@ -18,8 +18,11 @@
 //!   the commands ds-reaper queues and re-runs what was failed;
 //! - the [`oracle`] judges the recorded history.
 
+mod evidence;
+mod norow;
 pub mod oracle;
 pub mod schedule;
+mod shared;
 
 use crate::db::{SchemaSource, SimDb, SimKind, TaskSpec, WorkflowSpec};
 use crate::mariadbserver::PrivateMariaDb;
@@ -30,7 +33,7 @@ use crate::zk::{ServerKind, SimOptions, SimServer};
 use crate::zkserver::PrivateZk;
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
-use oracle::{Death, ExternalDeath, History, TaskTruth, Timing, Ts, Window};
+use oracle::{Death, ExternalDeath, History, RowFate, TaskTruth, Timing, Ts, Window};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use schedule::Fault;
@@ -131,6 +134,8 @@ struct Agent {
 
 struct Replica {
     label: String,
+    /// Its `/api/v1/ghosts` URL.
+    http: String,
     proc: Arc<AsyncMutex<ReaperProcess>>,
     zk_proxy: Proxy,
     _db_proxy: Proxy,
@@ -201,6 +206,19 @@ struct Sim {
     stopped: Vec<bool>,
     notes: Vec<String>,
     errors: u64,
+    /// The private ZooKeeper, the DS root in it, and how simulated servers
+    /// register (for the second worker of a shared host).
+    zk_connect: String,
+    root: String,
+    sim_opts: SimOptions,
+    /// The second worker on a shared host, while it is up.
+    guest: Option<shared::Guest>,
+    guest_runs: u32,
+    /// Processes of another DS installation (rows ds-reaper never read).
+    strays: Vec<norow::Stray>,
+    stray_seq: i64,
+    /// What the evidence sampler looks at.
+    targets: evidence::Shared<evidence::Targets>,
 }
 
 fn secs(a: f64, b: f64, rng: &mut StdRng) -> Duration {
@@ -437,6 +455,7 @@ pub async fn run(opts: SoakOpts) -> Result<SoakOutcome> {
         })?;
         p.wait_http().await?;
         replicas.push(Replica {
+            http: p.url("/api/v1/ghosts"),
             label: label.to_string(),
             proc: Arc::new(AsyncMutex::new(p)),
             zk_proxy,
@@ -457,6 +476,18 @@ pub async fn run(opts: SoakOpts) -> Result<SoakOutcome> {
         let r = replicas[0].proc.lock().await;
         r.wait_ready().await?;
     }
+    let targets: evidence::Shared<evidence::Targets> = Arc::new(Mutex::new(evidence::Targets {
+        ghosts_urls: replicas.iter().map(|r| r.http.clone()).collect(),
+        pair: None,
+    }));
+    let seen: evidence::Shared<evidence::Seen> = Arc::default();
+    let sampler = tokio::spawn(evidence::sample(
+        zk_connect.clone(),
+        format!("{root}/ds-reaper/agents"),
+        targets.clone(),
+        seen.clone(),
+        stop.clone(),
+    ));
     let mut sim = Sim {
         rng: StdRng::seed_from_u64(opts.seed),
         opts: opts.clone(),
@@ -485,12 +516,21 @@ pub async fn run(opts: SoakOpts) -> Result<SoakOutcome> {
         stopped: vec![false, false],
         notes,
         errors: 0,
+        zk_connect: zk_connect.clone(),
+        root: root.clone(),
+        sim_opts: sim_opts.clone(),
+        guest: None,
+        guest_runs: 0,
+        strays: Vec::new(),
+        stray_seq: 0,
+        targets: targets.clone(),
     };
     let r = sim.main_loop().await;
     let end = now_ts();
     sim.close_open_aways(end);
     stop.store(true, Ordering::SeqCst);
     let _ = watcher.await;
+    let _ = sampler.await;
     r?;
     sim.settle().await;
     let history = sim.history(end, &conns, &leaders).await?;
@@ -503,6 +543,9 @@ pub async fn run(opts: SoakOpts) -> Result<SoakOutcome> {
             .to_string(),
     )];
     let mut notes = std::mem::take(&mut sim.notes);
+    notes.extend(evidence::describe(
+        &seen.lock().unwrap_or_else(|e| e.into_inner()),
+    ));
     if sim.errors > 0 {
         notes.push(format!(
             "{} simulated-DS database calls failed (during database restarts) and were retried",
@@ -643,6 +686,8 @@ impl Sim {
             self.run_timers().await;
             self.check_processes();
             self.ds_finish_due().await;
+            self.guest_tick().await;
+            self.stray_tick();
             if Instant::now() >= next_cmds {
                 next_cmds = Instant::now() + Duration::from_millis(700);
                 self.ds_commands().await;
@@ -985,6 +1030,9 @@ impl Sim {
                 if !self.ds_finish(id, true).await {
                     return Ok(());
                 }
+                if let Some(tr) = self.truth.get_mut(&id).filter(|t| t.ghost_from.is_some()) {
+                    tr.fault = Some(f.name().to_string());
+                }
             }
             Fault::MasterDeath => {
                 let down = self
@@ -1018,12 +1066,18 @@ impl Sim {
                 let Some(a) = self.pick(&(0..self.agents.len()).collect::<Vec<_>>()) else {
                     return Ok(());
                 };
-                let host = self.workers[self.agents[a].worker].host.clone();
-                self.window("agent_restart", Duration::from_secs(4), Some(host));
-                let p = self.agents[a].proc.clone();
-                tokio::spawn(async move {
-                    let _ = p.lock().await.crash_and_restart(&[]).await;
-                });
+                self.restart_agent(a);
+            }
+            Fault::SharedHost | Fault::MissingRow => {
+                let label = if f == Fault::SharedHost {
+                    self.start_guest().await?
+                } else {
+                    self.missing_row().await?
+                };
+                if let Some(k) = label {
+                    *self.faults.entry(k).or_default() += 1;
+                }
+                return Ok(());
             }
             Fault::AgentSessionLoss => {
                 let quiet = self.quiet_workers(Some(true));
@@ -1111,6 +1165,16 @@ impl Sim {
         }
         self.count(f);
         Ok(())
+    }
+
+    /// `ds-reaper agent` `a` killed with -9 and started again.
+    fn restart_agent(&mut self, a: usize) {
+        let host = self.workers[self.agents[a].worker].host.clone();
+        self.window("agent_restart", Duration::from_secs(4), Some(host));
+        let p = self.agents[a].proc.clone();
+        tokio::spawn(async move {
+            let _ = p.lock().await.crash_and_restart(&[]).await;
+        });
     }
 
     // ------------------------------------------------------------ the simulated DS
@@ -1319,6 +1383,8 @@ impl Sim {
                 superseded: None,
                 ghost_from: None,
                 restart_near_submit: false,
+                row: RowFate::Kept,
+                fault: None,
             },
         );
         if let Some(x) = self.wfs.get_mut(&wf) {
@@ -1681,6 +1747,8 @@ impl Sim {
     }
 
     async fn shut_down(&mut self) {
+        self.guest_shut_down().await;
+        self.strays.clear();
         for r in &self.replicas {
             let _ = r.proc.lock().await.stop().await;
         }
@@ -1703,8 +1771,9 @@ pub fn report(o: &SoakOutcome) -> String {
     let _ = writeln!(s, "soak seed {}: {:.0} s", h.seed, h.end - h.start);
     let total: u64 = h.faults.values().sum();
     let _ = writeln!(s, "faults injected: {total}");
+    let kills = |k: &str| v.kills_by_fault.get(k).copied().unwrap_or(0);
     for (k, n) in &h.faults {
-        let _ = writeln!(s, "  {k:<28} {n}");
+        let _ = writeln!(s, "  {k:<28} {n:>5}   ds-reaper kills {}", kills(k));
     }
     for f in Fault::ALL {
         if !h.faults.keys().any(|k| k.starts_with(f.name())) {
@@ -1726,6 +1795,12 @@ pub fn report(o: &SoakOutcome) -> String {
         v.ds_won
     );
     let _ = writeln!(s, "ghost processes killed: {}", v.ghosts_killed);
+    let all_kills: u64 = v.kills_by_fault.values().sum();
+    let _ = writeln!(
+        s,
+        "ds-reaper kills: {all_kills} (of tasks no fault made, e.g. rows ds-reaper failed: {})",
+        kills("-")
+    );
     let _ = writeln!(
         s,
         "ds-reaper row writes: {}, commands: {}",
@@ -1781,5 +1856,30 @@ pub fn report(o: &SoakOutcome) -> String {
     for n in &o.notes {
         let _ = writeln!(s, "note: {n}");
     }
+    let by_kind = |name: &str| -> (u64, u64) {
+        let fired = h
+            .faults
+            .iter()
+            .filter(|(k, _)| k.starts_with(name))
+            .map(|(_, n)| *n)
+            .sum();
+        let killed = v
+            .kills_by_fault
+            .iter()
+            .filter(|(k, _)| k.starts_with(name))
+            .map(|(_, n)| *n)
+            .sum();
+        (fired, killed)
+    };
+    let (sh, shk) = by_kind(Fault::SharedHost.name());
+    let (mr, mrk) = by_kind(Fault::MissingRow.name());
+    let _ = writeln!(
+        s,
+        "summary seed {}: faults {total} (shared_host {sh}, kills {shk}; missing_row {mr}, kills {mrk}), \
+         ds-reaper kills {all_kills}, wrong writes {}, wrong kills {}",
+        h.seed,
+        (v.wrong.len() as u64).saturating_sub(v.wrong_kills),
+        v.wrong_kills
+    );
     s
 }

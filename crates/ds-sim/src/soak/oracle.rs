@@ -15,6 +15,10 @@ pub type Ts = f64;
 /// as the leader's.
 pub const LEADER_SLACK: f64 = 0.5;
 
+/// The window kind of a burst of listed tasks without a row: ds-reaper
+/// holds every kill meanwhile (SPEC §15 `database_mismatch`).
+pub const DATABASE_MISMATCH: &str = "database_mismatch";
+
 /// Who changed a row.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Writer {
@@ -108,6 +112,28 @@ pub struct TaskTruth {
     /// The worker restarted within `clock_skew_tolerance` of its submit time
     /// (SPEC §3 then cannot tell the restart from the dispatch).
     pub restart_near_submit: bool,
+    /// What became of its row in ds-reaper's database.
+    #[serde(default)]
+    pub row: RowFate,
+    /// The fault that made this task (or its row's fate), e.g.
+    /// `shared_host(drain)`: ds-reaper's kills are counted by it.
+    #[serde(default)]
+    pub fault: Option<String>,
+}
+
+/// What became of a task's row in ds-reaper's database (SPEC §15 `no_row`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub enum RowFate {
+    /// It is there (DS's own changes aside).
+    #[default]
+    Kept,
+    /// There never was one: a process another DS installation started (its
+    /// row in another database), or one under a task id without a row.
+    /// ds-reaper never read it (`row_never_seen`): it must never kill it.
+    Never,
+    /// Deleted at this time (a user deleted the workflow instance) while
+    /// its process ran on: a kill after that is right.
+    Deleted(Ts),
 }
 
 /// A row change recorded by the database's triggers.
@@ -211,6 +237,9 @@ pub struct Verdict {
     /// Dead tasks whose bound had not passed when the run ended.
     pub pending: u64,
     pub ghosts_killed: u64,
+    /// Every process ds-reaper's agents killed, by the fault that made its
+    /// task (`TaskTruth::fault`; `-` for none).
+    pub kills_by_fault: BTreeMap<String, u64>,
     /// Of `wrong`: kills of a process whose task row was live (the worst
     /// bug beside a wrong write).
     pub wrong_kills: u64,
@@ -275,6 +304,14 @@ impl History {
         }
         if let Some(x) = t.superseded {
             out.push(format!("{} DS superseded it (flag 0)", fmt_ts(x, s)));
+        }
+        match t.row {
+            RowFate::Kept => {}
+            RowFate::Never => out.push("its row was never in ds-reaper's database".into()),
+            RowFate::Deleted(d) => out.push(format!("{} its row was deleted", fmt_ts(d, s))),
+        }
+        if let Some(f) = &t.fault {
+            out.push(format!("made by the fault {f}"));
         }
         for r in self
             .rows
@@ -410,7 +447,7 @@ impl History {
 
     /// The faults that explain ds-reaper not acting on `worker`'s task
     /// between `from` and `to`.
-    fn explain(&self, worker: &str, from: Ts, to: Ts) -> Option<String> {
+    fn explain(&self, worker: &str, from: Ts, to: Ts, ghost: bool) -> Option<String> {
         let r = self.timing.recovery;
         let hits: BTreeSet<&str> = self
             .blocked
@@ -418,6 +455,8 @@ impl History {
             // a heartbeat gap is what makes a hung worker's tasks zombies,
             // never a reason not to reap them
             .filter(|w| w.kind != "heartbeat_gap")
+            // a database that looks like another holds kills, not writes
+            .filter(|w| ghost || w.kind != DATABASE_MISMATCH)
             .filter(|w| w.worker.as_deref().is_none_or(|x| x == worker))
             .filter(|w| w.from <= to && w.to + r >= from)
             .map(|w| w.kind.as_str())
@@ -548,12 +587,31 @@ pub fn judge(h: &History) -> Verdict {
         }
     }
 
-    // Processes killed on ds-reaper's order: only a task whose row was over.
+    // Processes killed on ds-reaper's order: only a task whose row was over
+    // (or deleted after ds-reaper read it), never one whose row it never read.
     for e in &h.external_deaths {
         let Some(t) = tasks.get(&e.task) else {
             continue;
         };
-        let over = t.ds_finished.is_some_and(|f| f <= e.ts)
+        let by = t.fault.clone().unwrap_or_else(|| "-".into());
+        *v.kills_by_fault.entry(by).or_default() += 1;
+        if t.row == RowFate::Never {
+            v.wrong_kills += 1;
+            v.wrong.push(WrongWrite {
+                ts: e.ts,
+                what: format!(
+                    "task {}'s process was killed at {} although ds-reaper's database never \
+                     had its row (row_never_seen: never killed)",
+                    t.id,
+                    fmt_ts(e.ts, s)
+                ),
+                history: h.task_story(t),
+            });
+            continue;
+        }
+        let deleted = matches!(t.row, RowFate::Deleted(d) if d <= e.ts);
+        let over = deleted
+            || t.ds_finished.is_some_and(|f| f <= e.ts)
             || t.superseded.is_some_and(|x| x <= e.ts)
             || h.rows
                 .iter()
@@ -576,6 +634,10 @@ pub fn judge(h: &History) -> Verdict {
 
     // Misses: a dead task must be reaped within its bound.
     for t in &h.tasks {
+        if t.row == RowFate::Never {
+            // nothing of ds-reaper's to reap or kill
+            continue;
+        }
         if let Some(g) = t.ghost_from {
             let deadline = g + h.timing.ghost_after + h.timing.margin;
             let killed = h
@@ -597,7 +659,7 @@ pub fn judge(h: &History) -> Verdict {
                     deadline,
                     reaped_at: killed,
                     explanation: h
-                        .explain(&t.host, g, deadline)
+                        .explain(&t.host, g, deadline, true)
                         .map(|k| format!("blocked by {k}")),
                 });
             }
@@ -630,7 +692,7 @@ pub fn judge(h: &History) -> Verdict {
             continue;
         }
         let mut explanation = h
-            .explain(&t.host, dead, deadline)
+            .explain(&t.host, dead, deadline, false)
             .map(|k| format!("blocked by {k}"));
         if explanation.is_none()
             && t.agent
@@ -691,6 +753,8 @@ mod tests {
             superseded: None,
             ghost_from: None,
             restart_near_submit: false,
+            row: RowFate::Kept,
+            fault: None,
         }
     }
 
@@ -924,5 +988,61 @@ mod tests {
         let h = history(vec![t]);
         let back: History = serde_json::from_str(&serde_json::to_string(&h).unwrap()).unwrap();
         assert_eq!(back.tasks[0].dead, Some((10.0, Death::WorkerHung)));
+    }
+
+    #[test]
+    fn a_kill_of_a_process_whose_row_was_never_read_is_wrong() {
+        let mut foreign = task(1);
+        foreign.row = RowFate::Never;
+        foreign.fault = Some("missing_row(foreign)".into());
+        let mut h = history(vec![foreign]);
+        h.external_deaths = vec![ExternalDeath { task: 1, ts: 30.0 }];
+        let v = judge(&h);
+        assert_eq!(v.wrong_kills, 1, "{:?}", v.wrong);
+        assert!(v.wrong[0].what.contains("row_never_seen"));
+        assert_eq!(v.kills_by_fault["missing_row(foreign)"], 1);
+        // and it is no zombie to be missed when it ends by itself
+        h.external_deaths.clear();
+        h.tasks[0].dead = Some((40.0, Death::EndedUnreported));
+        let v = judge(&h);
+        assert!(v.wrong.is_empty() && v.misses.is_empty(), "{:?}", v.misses);
+    }
+
+    #[test]
+    fn a_kill_after_the_row_was_deleted_is_right_and_before_it_wrong() {
+        let mut gone = task(1);
+        gone.row = RowFate::Deleted(20.0);
+        gone.ghost_from = Some(20.0);
+        let mut h = history(vec![gone]);
+        h.external_deaths = vec![ExternalDeath { task: 1, ts: 28.0 }];
+        let v = judge(&h);
+        assert!(v.wrong.is_empty(), "{:?}", v.wrong);
+        assert_eq!(v.ghosts_killed, 1);
+        assert_eq!(v.kills_by_fault["-"], 1);
+        h.external_deaths[0].ts = 19.0;
+        let v = judge(&h);
+        assert_eq!(v.wrong_kills, 1);
+    }
+
+    #[test]
+    fn a_database_mismatch_explains_a_ghost_miss_but_not_a_zombie_miss() {
+        let mut ghost = task(1);
+        ghost.ds_finished = Some(100.0);
+        ghost.ghost_from = Some(100.0);
+        let mut zombie = task(2);
+        zombie.dead = Some((100.0, Death::ProcessDeath));
+        let mut h = history(vec![ghost, zombie]);
+        h.blocked.push(Window {
+            kind: DATABASE_MISMATCH.into(),
+            from: 95.0,
+            to: 130.0,
+            worker: None,
+        });
+        let v = judge(&h);
+        assert_eq!(
+            v.ghost_misses[0].explanation.as_deref(),
+            Some("blocked by database_mismatch")
+        );
+        assert_eq!(v.misses[0].explanation, None);
     }
 }

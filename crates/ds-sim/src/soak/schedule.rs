@@ -40,10 +40,20 @@ pub enum Fault {
     /// One replica cut off from ZooKeeper (its registry connections through
     /// a proxy the soak controls), then let back.
     RegistryPartition,
+    /// A second worker (a JVM stand-in of its own, its own agent) comes up
+    /// on the same host and address as a worker with an agent, its task
+    /// folders in the same exec base, runs tasks, and goes again (drained,
+    /// or crashed with its tasks); the first worker's agent may restart
+    /// meanwhile. Neither agent may list, nor ds-reaper kill, the other's.
+    SharedHost,
+    /// Task processes whose rows ds-reaper never read (another DS
+    /// installation's, in another database; a burst of them looks like a
+    /// wrong database), or a live task's row deleted under its process.
+    MissingRow,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 15] = [
+    pub const ALL: [Fault; 17] = [
         Fault::WorkerCrash,
         Fault::WorkerFlap,
         Fault::WorkerRestart,
@@ -59,6 +69,8 @@ impl Fault {
         Fault::ReplicaKill9,
         Fault::ReplicaSigstop,
         Fault::RegistryPartition,
+        Fault::SharedHost,
+        Fault::MissingRow,
     ];
 
     pub fn name(self) -> &'static str {
@@ -78,6 +90,8 @@ impl Fault {
             Fault::ReplicaKill9 => "replica_kill9",
             Fault::ReplicaSigstop => "replica_sigstop",
             Fault::RegistryPartition => "registry_partition",
+            Fault::SharedHost => "shared_host",
+            Fault::MissingRow => "missing_row",
         }
     }
 
@@ -99,6 +113,8 @@ impl Fault {
             Fault::ReplicaKill9 => 3,
             Fault::ReplicaSigstop => 3,
             Fault::RegistryPartition => 3,
+            Fault::SharedHost => 3,
+            Fault::MissingRow => 5,
         }
     }
 
