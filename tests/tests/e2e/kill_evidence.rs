@@ -178,11 +178,12 @@ async fn a_row_never_read_is_reported_a_row_read_then_deleted_is_killed() -> any
     ))
     .await?;
 
-    let pid_deleted = p_deleted.pid();
+    let (pid_deleted, pid_unread) = (p_deleted.pid(), p_unread.pid());
     wait_until(
         "the deleted row's process killed, the unread one reported",
         || async {
             let g = d.json("/api/v1/ghosts").await?;
+            anyhow::ensure!(alive(pid_unread), "the unread task's process was killed");
             Ok(!alive(pid_deleted)
                 && process_events(&d, "done") == [deleted]
                 && ghost_of(&g, unread).is_some())
@@ -256,7 +257,11 @@ async fn many_listed_tasks_without_rows_hold_every_kill() -> anyhow::Result<()> 
     .await?;
 
     let want: BTreeSet<i64> = [deleted, failed_over].into();
+    let all: Vec<i32> = held.iter().chain(&p_unread).map(TaskProcess::pid).collect();
     wait_until("both kills held as database_mismatch", || async {
+        for pid in &all {
+            anyhow::ensure!(alive(*pid), "process {pid} was killed");
+        }
         let g = ghosts(&d.json("/api/v1/ghosts").await?);
         let held: BTreeSet<i64> = g
             .iter()
@@ -347,11 +352,15 @@ async fn a_finished_rows_leftover_is_killed_only_under_a_rule_naming_it() -> any
     ))
     .await?;
 
-    let pid_failed_over = p_failed_over.pid();
+    let (pid_failed_over, pid_finished) = (p_failed_over.pid(), p_finished.pid());
     wait_until(
         "the failed-over row's process killed, the finished one reported",
         || async {
             let g = d.json("/api/v1/ghosts").await?;
+            anyhow::ensure!(
+                alive(pid_finished),
+                "the finished row's leftover was killed"
+            );
             Ok(!alive(pid_failed_over)
                 && process_events(&d, "done") == [failed_over]
                 && ghost_of(&g, finished).is_some())
@@ -381,7 +390,6 @@ async fn a_finished_rows_leftover_is_killed_only_under_a_rule_naming_it() -> any
         .daemon_with_env(&format!("{KILL}{TERMINAL}"), GHOST_ENV)
         .await?;
     d.wait_ready().await?;
-    let pid_finished = p_finished.pid();
     wait_until("the leftover is killed", || async {
         Ok(!alive(pid_finished) && process_events(&d, "done") == [finished])
     })
@@ -407,8 +415,8 @@ async fn a_finished_rows_leftover_is_killed_only_under_a_rule_naming_it() -> any
 /// `processId` is a live `sleep`, not a `java`; the second's is a `java`
 /// stand-in that started an hour after the heartbeat's `startupTime`; the
 /// third's is a `java` stand-in with its own start time. The first two agents
-/// are blind (reports, `/readyz`, the daemon's view say so) and nothing on
-/// their hosts is killed; the third's leftover is.
+/// list their task's process but are blind (reports, `/readyz`, the daemon's
+/// view say so), and nothing on their hosts is killed; the third's leftover is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_that_cannot_see_its_workers_jvm_kills_nothing() -> anyhow::Result<()> {
     let Some(sc) = Scenario::start(SimKind::MySql, "3.2.2").await? else {
@@ -441,10 +449,14 @@ async fn an_agent_that_cannot_see_its_workers_jvm_kills_nothing() -> anyhow::Res
     let an_hour_before = |pid: i32| -> anyhow::Result<_> {
         Ok(process_started_at(pid)? - chrono::TimeDelta::hours(1))
     };
-    let (tasks_l, tasks_s) = ([(wf, t_late)], [(wf, t_seen)]);
-    let jvm_l = JvmWorker::start(root, line, late, &exec_l, &tasks_l, an_hour_before).await?;
+    // The late JVM's task process is not its child: an agent that cannot
+    // verify its JVM takes every `java` for another worker's and lists no
+    // process below one, so an orphan is what it still lists.
+    let jvm_l = JvmWorker::start(root, line, late, &exec_l, &[], an_hour_before).await?;
+    let mut p_late = exec_l.start(line, wf, t_late)?;
+    let tasks_s = [(wf, t_seen)];
     let jvm_s = JvmWorker::start(root, line, seen, &exec_s, &tasks_s, process_started_at).await?;
-    let (pid_late, pid_seen) = (jvm_l.task_pids(0).await?, jvm_s.task_pids(0).await?);
+    let pid_seen = jvm_s.task_pids(0).await?;
 
     let tight = [("DS_REAPER__RECONCILE__CLOCK_SKEW_TOLERANCE", "5s")];
     let mut agents = Vec::new();
@@ -456,6 +468,26 @@ async fn an_agent_that_cannot_see_its_workers_jvm_kills_nothing() -> anyhow::Res
         .await?;
     d.wait_ready().await?;
     agent_lists(&d, seen, 1).await?;
+    for w in [not_java, late] {
+        wait_until(&format!("{w}'s agent reports its task"), || async {
+            Ok(agent_view(&d, w).await?["tasks"] == 1)
+        })
+        .await?;
+    }
+    finish(db, &[t_not_java, t_late, t_seen]).await?;
+    let never = [(t_not_java, p_not_java.pid()), (t_late, p_late.pid())];
+    wait_until("the seen worker's leftover is killed, nothing else", || {
+        none_of(&d, &never, async {
+            Ok(pid_seen.iter().all(|p| !alive(*p)) && process_events(&d, "done") == [t_seen])
+        })
+    })
+    .await?;
+    for _ in 0..4 {
+        d.wait_sweeps(2).await?;
+        assert!(none_of(&d, &never, async { Ok(true) }).await?);
+    }
+    assert_eq!(process_events(&d, "intent"), [t_seen], "{:#?}", d.audit());
+    // why: the two agents are blind, and say so
     let blind_for = [
         (not_java, "not a java process"),
         (late, "after the heartbeat's startupTime"),
@@ -472,20 +504,6 @@ async fn an_agent_that_cannot_see_its_workers_jvm_kills_nothing() -> anyhow::Res
     }
     let (code, body) = agents[2].get("/readyz").await?;
     assert_eq!(code, 200, "the seeing agent: {body}");
-
-    finish(db, &[t_not_java, t_late, t_seen]).await?;
-    let never = [(t_not_java, p_not_java.pid()), (t_late, pid_late[0])];
-    wait_until("the seen worker's leftover is killed, nothing else", || {
-        none_of(&d, &never, async {
-            Ok(pid_seen.iter().all(|p| !alive(*p)) && process_events(&d, "done") == [t_seen])
-        })
-    })
-    .await?;
-    for _ in 0..4 {
-        d.wait_sweeps(2).await?;
-        assert!(none_of(&d, &never, async { Ok(true) }).await?);
-    }
-    assert_eq!(process_events(&d, "intent"), [t_seen], "{:#?}", d.audit());
     let client = zookeeper_client::Client::connect(&zk_connect()).await?;
     for w in [not_java, late] {
         assert!(
@@ -494,7 +512,7 @@ async fn an_agent_that_cannot_see_its_workers_jvm_kills_nothing() -> anyhow::Res
         );
         assert_eq!(agent_view(&d, w).await?["fresh"], false);
     }
-    assert!(p_not_java.is_running() && sleeper.is_running());
+    assert!(p_not_java.is_running() && p_late.is_running() && sleeper.is_running());
     drop(d);
     for a in agents {
         stop_agent(a).await;
