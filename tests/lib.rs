@@ -11,6 +11,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 pub use ds_sim;
+
+pub mod kills;
 /// The helper set every crate's tests share: a missing service fails under
 /// `CI=true` and is `SKIPPED: …` elsewhere; named "nothing happens" holds.
 pub use reaper_test_support::{hold, private_etcd_available, shared_etcd, skip};
@@ -390,6 +392,25 @@ impl AgentProcess {
         exec_base: &std::path::Path,
         extra: &str,
     ) -> Result<AgentProcess> {
+        // The simulated heartbeats keep the fixtures' startupTime (2023,
+        // before every task row), while the `java` stand-in whose pid they
+        // carry starts with the test: a real worker's JVM starts before its
+        // startupTime. The agent's start-time check of its JVM is tested in
+        // reaper-agent and by the scenarios whose heartbeats carry the
+        // stand-ins' own times (`start_with_env`); here it is widened past them.
+        let wide = [("DS_REAPER__RECONCILE__CLOCK_SKEW_TOLERANCE", "10000days")];
+        Self::start_with_env(root, worker, exec_base, extra, &wide).await
+    }
+
+    /// [`AgentProcess::start`] with the environment `env` instead of the
+    /// widened clock skew tolerance.
+    pub async fn start_with_env(
+        root: &str,
+        worker: &str,
+        exec_base: &std::path::Path,
+        extra: &str,
+        env: &[(&str, &str)],
+    ) -> Result<AgentProcess> {
         let dir = tempfile::tempdir()?;
         let config = dir.path().join("agent.toml");
         let port = free_port();
@@ -414,13 +435,7 @@ impl AgentProcess {
             command: "agent",
             log: &dir.path().join("agent.log"),
             port,
-            // The simulated heartbeats keep the fixtures' startupTime (2023,
-            // before every task row), while the `java` stand-in whose pid they
-            // carry starts with the test: a real worker's JVM starts before its
-            // startupTime. The agent's start-time check of its JVM is tested
-            // in reaper-agent and by the lineage scenario, whose heartbeats
-            // carry the stand-ins' own times; here it is widened past them.
-            env: &[("DS_REAPER__RECONCILE__CLOCK_SKEW_TOLERANCE", "10000days")],
+            env,
             patience: WAIT,
         })?;
         Ok(AgentProcess { process, dir })

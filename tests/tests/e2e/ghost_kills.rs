@@ -5,95 +5,28 @@
 //! every kill (and the kills follow once it releases); the per-sweep cap and the
 //! token bucket space the orders out, the rest following later.
 
-use ds_sim::db::{SimDb, SimKind, TaskSpec, WorkflowSpec};
+use ds_sim::db::{SimKind, TaskSpec, WorkflowSpec};
 use ds_sim::procs::{ExecBase, TaskProcess};
+use reaper_e2e::kills::{
+    self, alive, finish, ghosts, process_events, stop_agent, AGENT_KILLS, GHOST_ENV, KILL, TERMINAL,
+};
 use reaper_e2e::*;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 const WORKER: &str = "10.0.0.11:1234";
 const LEADER: &str = "ds_reaper_leader";
-/// `ghost_process = "kill"`; these tests finish their rows (SUCCESS), whose
-/// leftovers are killed only under a rule naming `terminal_state` (SPEC §15),
-/// which comes after any rule a test adds (first match wins).
-const KILL: &str = "[policy]\nghost_process = \"kill\"\n";
-const TERMINAL: &str =
-    "[[policy.rules]]\nreason = \"ghost_process\"\nover = [\"terminal_state\"]\n";
-const ENV: &[(&str, &str)] = &[
-    ("DS_REAPER__RECONCILE__GHOST_AFTER", "3s"),
-    ("DS_REAPER__RECONCILE__AGENT_STALE_AFTER", "10s"),
-];
-const AGENT_KILLS: &str = "allow_kill = true\nkill_grace = \"1s\"\n";
+/// These tests finish their rows (SUCCESS), whose leftovers are killed only
+/// under a rule naming `terminal_state` (SPEC §15): [`TERMINAL`] comes after
+/// any rule a test adds (first match wins).
+const ENV: &[(&str, &str)] = GHOST_ENV;
 
-fn sql_now() -> String {
-    chrono::Utc::now().format("%Y-%m-%d %H:%M:%S").to_string()
-}
-
-/// DS ends the rows: SUCCESS with an end time, nothing else changed.
-async fn finish(db: &SimDb, ids: &[i64]) -> anyhow::Result<()> {
-    let ids: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
-    db.exec(&format!(
-        "UPDATE t_ds_task_instance SET state = 7, end_time = '{}' WHERE id IN ({})",
-        sql_now(),
-        ids.join(", ")
-    ))
-    .await?;
-    Ok(())
-}
-
-/// The daemon's process records (`kind = "process"`) of one event, by task id.
-fn process_events(d: &Daemon, event: &str) -> Vec<i64> {
-    d.audit()
-        .iter()
-        .filter(|r| r["kind"] == "process" && r["event"] == event)
-        .filter_map(|r| r["task_id"].as_i64())
-        .collect()
-}
-
-fn ghosts(v: &serde_json::Value) -> Vec<serde_json::Value> {
-    v["ghosts"].as_array().cloned().unwrap_or_default()
-}
-
-/// The order nodes under the worker's folder (none when it does not exist).
 async fn order_nodes(client: &zookeeper_client::Client, root: &str) -> anyhow::Result<Vec<String>> {
-    match client
-        .list_children(&format!("{root}/ds-reaper/orders/{WORKER}"))
-        .await
-    {
-        Ok(c) => Ok(c),
-        Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
-        Err(e) => Err(e.into()),
-    }
+    kills::order_nodes(client, root, WORKER).await
 }
 
-/// Waits until the agent lists `n` tasks and is fresh in the daemon's view.
 async fn agent_lists(d: &Daemon, n: usize) -> anyhow::Result<()> {
-    wait_until("the agent is fresh and lists every task", || async {
-        let w = d.json("/api/v1/workers").await?;
-        Ok(w["workers"].as_array().into_iter().flatten().any(|x| {
-            x["host"] == WORKER && x["agent"]["fresh"] == true && x["agent"]["tasks"] == n
-        }))
-    })
-    .await
-}
-
-/// Whether `pid` is a live process (a zombie waiting for its parent is not).
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            // the state follows the command name's closing parenthesis
-            let rest = &s[s.rfind(')')? + 1..];
-            rest.split_whitespace()
-                .next()
-                .map(|st| st != "Z" && st != "X")
-        })
-        .unwrap_or(false)
-}
-
-async fn stop_agent(mut agent: AgentProcess) {
-    let _ = agent.child.start_kill();
-    let _ = agent.child.wait().await;
+    kills::agent_lists(d, WORKER, n).await
 }
 
 /// Two replicas on one registry root, both with `ghost_process = "kill"`: only

@@ -10,6 +10,7 @@
 
 use ds_sim::db::{SimKind, TaskSpec, WorkflowSpec};
 use ds_sim::procs::{ExecBase, TaskProcess};
+use reaper_e2e::kills::{sql_now, GHOST_ENV, KILL, TERMINAL};
 use reaper_e2e::*;
 use std::collections::BTreeSet;
 
@@ -17,13 +18,6 @@ const WORKER: &str = "10.0.0.11:1234";
 const GHOST_AFTER_S: i64 = 3;
 /// Another worker on WORKER's machine.
 const BESIDE: &str = "10.0.0.11:1235";
-/// `ghost_process = "kill"`, and finished rows' leftovers too (SPEC §15:
-/// `terminal_state` is killed only when a rule names it).
-const KILL_FINISHED: &str = "[policy]\nghost_process = \"kill\"\n[[policy.rules]]\nreason = \"ghost_process\"\nover = [\"terminal_state\"]\n";
-
-fn sql_now() -> String {
-    chrono::Utc::now().format("%Y-%m-%d %H:%M:%S").to_string()
-}
 
 fn ghost_ids(v: &serde_json::Value) -> BTreeSet<i64> {
     v["ghosts"]
@@ -110,16 +104,7 @@ async fn ghosts_are_the_over_rows_own_processes_after_ghost_after() -> anyhow::R
     )?;
     let late_proc = exec.start(line, wf, late)?;
     let mut agent = AgentProcess::start(root, WORKER, exec.path(), "").await?;
-    let mut d = Daemon::start_with_env(
-        db.url(),
-        root,
-        "",
-        &[
-            ("DS_REAPER__RECONCILE__GHOST_AFTER", "3s"),
-            ("DS_REAPER__RECONCILE__AGENT_STALE_AFTER", "10s"),
-        ],
-    )
-    .await?;
+    let mut d = Daemon::start_with_env(db.url(), root, "", GHOST_ENV).await?;
     d.wait_ready().await?;
     wait_until(
         "the agent lists every task process and the shell",
@@ -263,13 +248,7 @@ async fn ghosts_are_the_over_rows_own_processes_after_ghost_after() -> anyhow::R
     // `check` finds the SUCCESS row's ghost in one look (it has an end time) and exits 1
     let cli = CliConfig::new(db.url(), root, "")?;
     let (code, out, err) = cli
-        .run(
-            &["check", "--format", "json", "--observe", "4s"],
-            &[
-                ("DS_REAPER__RECONCILE__GHOST_AFTER", "3s"),
-                ("DS_REAPER__RECONCILE__AGENT_STALE_AFTER", "10s"),
-            ],
-        )
+        .run(&["check", "--format", "json", "--observe", "4s"], GHOST_ENV)
         .await?;
     assert_eq!(code, 1, "{out}\n{err}");
     let doc: serde_json::Value = serde_json::from_str(&out)?;
@@ -331,11 +310,10 @@ async fn a_kill_order_ends_the_ghosts_whole_tree() -> anyhow::Result<()> {
     let mut d = Daemon::start_with_env(
         db.url(),
         root,
-        KILL_FINISHED,
-        &[
-            ("DS_REAPER__RECONCILE__GHOST_AFTER", "3s"),
-            ("DS_REAPER__RECONCILE__AGENT_STALE_AFTER", "10s"),
-        ],
+        // finished rows' leftovers too (SPEC §15: `terminal_state` is
+        // killed only when a rule names it)
+        &format!("{KILL}{TERMINAL}"),
+        GHOST_ENV,
     )
     .await?;
     d.wait_ready().await?;

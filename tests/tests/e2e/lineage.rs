@@ -5,9 +5,10 @@
 //! other's would be taken for a ghost of this worker (`other_host`) and
 //! killed while it runs.
 
-use ds_sim::procs::{ExecBase, JvmStandIn};
+use ds_sim::procs::ExecBase;
 use reaper_core::agent::{AgentReport, Lineage};
-use reaper_core::{DsLine, NodeKind};
+use reaper_core::DsLine;
+use reaper_e2e::kills::JvmWorker;
 use reaper_e2e::*;
 
 /// Two worker-JVM stand-ins (processes named `java`), each registered as a
@@ -22,42 +23,22 @@ async fn two_workers_on_one_host_each_agent_lists_only_its_own() -> anyhow::Resu
     }
     let (zk, root, line) = (zk_connect(), unique_root(), DsLine::V3_2);
     let exec = ExecBase::new()?;
-    let dirs = [
-        exec.execute_path(line, 11, 101)?,
-        exec.execute_path(line, 12, 202)?,
-    ];
-    let jvms = [
-        JvmStandIn::start(&[&dirs[0]])?,
-        JvmStandIn::start(&[&dirs[1]])?,
-    ];
     let workers = ["10.0.0.21:1234", "10.0.0.22:1234"];
-    let mut registered = Vec::new();
-    for (w, jvm) in workers.iter().zip(&jvms) {
-        let pid = u32::try_from(jvm.pid())?;
-        registered.push(
-            ds_sim::zk::SimServer::register_as(
-                &zk,
-                &root,
-                (line, NodeKind::Worker),
-                w,
-                &[],
-                chrono::Utc::now(),
-                ds_sim::zk::SimOptions::default(),
-                pid,
-            )
-            .await?,
-        );
+    let tasks = [101, 202];
+    let mut jvms = Vec::new();
+    for (w, (wf, task)) in workers.iter().zip([(11, tasks[0]), (12, tasks[1])]) {
+        let now = |_| Ok(chrono::Utc::now());
+        jvms.push(JvmWorker::start(&root, line, w, &exec, &[(wf, task)], now).await?);
     }
     let mut agents = Vec::new();
     for w in workers {
         agents.push(AgentProcess::start(&root, w, exec.path(), "").await?);
     }
     let c = zookeeper_client::Client::connector().connect(&zk).await?;
-    let tasks = [101, 202];
     for (i, w) in workers.iter().enumerate() {
         let node = format!("{root}/ds-reaper/agents/{w}");
         let (own, other) = (tasks[i], tasks[1 - i]);
-        let children = jvms[i].children_in(&dirs[i]);
+        let children = jvms[i].task_pids(0).await?;
         assert_eq!(children.len(), 1, "the stand-in's task process");
         let first_seq = std::sync::Mutex::new(None);
         wait_until(&format!("{w}'s agent: three complete reports"), || {
@@ -93,7 +74,6 @@ async fn two_workers_on_one_host_each_agent_lists_only_its_own() -> anyhow::Resu
         a.child.start_kill()?;
         let _ = a.child.wait().await;
     }
-    drop(registered);
     drop(jvms);
     let top = root.trim_end_matches("/dolphinscheduler");
     let _ = ds_sim::zk::delete_tree(&zk, top).await;

@@ -18,6 +18,7 @@ mod ghost_kills;
 mod ghosts;
 mod jdbc;
 mod judging;
+mod kill_evidence;
 mod leader;
 mod lineage;
 mod lines;

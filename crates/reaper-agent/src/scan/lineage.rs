@@ -91,19 +91,23 @@ impl Scanner {
     }
 
     /// Remembers the origins of this scan's task processes, and forgets
-    /// processes that have ended.
+    /// processes that have ended. Without the worker's JVM in sight every
+    /// JVM counts as another's for the scan, but that is not remembered:
+    /// the worker's own JVM may be among them, and its tasks are `own` once
+    /// it is verified.
     pub(super) fn remember(&mut self, table: &Table, memo: &Origins) {
         let live = |k: &(i32, u64)| table.procs.get(&k.0).is_some_and(|p| p.start_ticks == k.1);
         self.own.retain(live);
         self.foreign.retain(live);
+        let jvm_known = table.jvm.is_some();
         for (pid, o) in memo {
             let Some(p) = table.procs.get(pid) else {
                 continue;
             };
             match o {
                 Origin::Own => self.own.insert((*pid, p.start_ticks)),
-                Origin::Foreign => self.foreign.insert((*pid, p.start_ticks)),
-                Origin::Orphan => false,
+                Origin::Foreign if jvm_known => self.foreign.insert((*pid, p.start_ticks)),
+                Origin::Foreign | Origin::Orphan => false,
             };
         }
     }

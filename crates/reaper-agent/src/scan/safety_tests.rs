@@ -119,6 +119,28 @@ fn a_task_below_another_jvm_is_never_listed_and_own_is_remembered() {
     );
 }
 
+/// Blind before the worker's JVM is verified (no heartbeat read yet, as
+/// after an agent restart while the worker's node is absent): a task below
+/// a JVM is not listed then, but that is no lasting verdict — once the JVM
+/// is verified as the worker's, its task is `own` (SPEC §12: own when the
+/// tree descends from its worker's JVM), while another JVM's stays unlisted.
+#[test]
+fn a_task_seen_below_a_jvm_while_blind_is_own_once_the_jvm_is_verified() {
+    let t = Tree::new();
+    t.java(400, 10);
+    t.java(450, 11);
+    t.add(500, 400, &t.exec(1), 100, 0);
+    t.add(520, 450, &t.exec(3), 100, 0);
+    let mut s = t.scanner();
+    let scan = s.scan();
+    assert!(scan.blind.is_some(), "no heartbeat seen yet");
+    assert_eq!(lineage(&scan), []);
+    s.set_worker(registered(400, Some(at(10))));
+    let scan = s.scan();
+    assert_eq!(scan.blind, None);
+    assert_eq!(lineage(&scan), [(1, Some(Lineage::Own))]);
+}
+
 /// A task's own java process (a Spark client) does not end its lineage;
 /// an executable named `java` makes a JVM whatever its `comm`.
 #[test]
